@@ -1,0 +1,1 @@
+# Incidents, their grouping and playbook executions arrive with the detection issue.

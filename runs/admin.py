@@ -1,0 +1,82 @@
+from django.contrib import admin, messages
+
+from .models import GPU, ApiToken, Attempt, Checkpoint, Cluster, Event, Interruption, Node, Run
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    list_display = ["name", "scheduler", "api_url"]
+
+
+class GPUInline(admin.TabularInline):
+    model = GPU
+    extra = 0
+    fields = ["index", "uuid", "serial", "xid_count", "last_xid", "ecc_uncorrected", "recovery_action"]
+    readonly_fields = ["xid_count", "last_xid", "ecc_uncorrected", "recovery_action"]
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = ["hostname", "cluster", "state", "state_reason", "last_heartbeat_at", "rack", "switch"]
+    list_filter = ["state", "cluster"]
+    search_fields = ["hostname", "rack", "switch"]
+    inlines = [GPUInline]
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = ["name", "cluster", "state", "gpu_count", "last_step", "last_step_at", "started_at"]
+    list_filter = ["state", "cluster"]
+    search_fields = ["name"]
+
+
+@admin.register(Attempt)
+class AttemptAdmin(admin.ModelAdmin):
+    list_display = ["run", "number", "job_id", "started_at", "ended_at", "end_reason"]
+    list_filter = ["end_reason"]
+    raw_id_fields = ["run", "nodes"]
+
+
+@admin.register(Interruption)
+class InterruptionAdmin(admin.ModelAdmin):
+    list_display = ["run", "number", "fault_at", "cause", "planned", "node", "xid"]
+    list_filter = ["cause", "planned"]
+    raw_id_fields = ["run", "attempt", "node", "gpu"]
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(admin.ModelAdmin):
+    list_display = ["run", "step", "status", "tier", "blocking_s", "bytes", "durable_at"]
+    list_filter = ["status", "tier"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(Event)
+class EventAdmin(admin.ModelAdmin):
+    """The event log is append-only: readable here, never edited."""
+
+    list_display = ["time", "type", "source", "event_id", "run_name", "node_name", "applied_at"]
+    list_filter = ["type"]
+    search_fields = ["event_id", "run_name", "node_name"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["name", "hint", "scopes", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["hint", "created_at", "last_used_at"]
+    fields = ["name", "scopes", "hint", "created_at", "last_used_at", "revoked_at"]
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            token = obj.set_new_token()
+            messages.warning(request, f"API token for {obj.name} (shown once, copy it now): {token}")
+        super().save_model(request, obj, form, change)

@@ -1,0 +1,52 @@
+"""Bearer-token authentication and scope permissions for the REST API."""
+
+from django.utils import timezone
+from rest_framework import authentication, exceptions, permissions
+
+from ..models import ApiToken
+
+
+class BearerTokenAuthentication(authentication.BaseAuthentication):
+    """`Authorization: Bearer fo_...`; request.auth becomes the ApiToken row."""
+
+    keyword = "Bearer"
+
+    def authenticate(self, request):
+        header = authentication.get_authorization_header(request).decode("latin-1")
+        if not header:
+            return None
+        keyword, _, token = header.partition(" ")
+        if keyword != self.keyword or not token.strip():
+            raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <token>'.")
+        row = ApiToken.objects.filter(digest=ApiToken.digest_of(token.strip()), revoked_at__isnull=True).first()
+        if row is None:
+            raise exceptions.AuthenticationFailed("Unknown or revoked API token.")
+        ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
+        return (None, row)
+
+    def authenticate_header(self, request):
+        return self.keyword
+
+
+class _Scope(permissions.BasePermission):
+    scope = ""
+
+    def has_permission(self, request, view):
+        if isinstance(request.auth, ApiToken):
+            if not request.auth.has_scope(self.scope):
+                self.message = f"This token lacks the '{self.scope}' scope."
+                return False
+            return True
+        # Staff signed in to the web console may read the API from the browser.
+        user = request.user
+        if user is not None and user.is_authenticated:
+            return self.scope == ApiToken.Scope.READ
+        raise exceptions.NotAuthenticated("An API token is required: 'Authorization: Bearer <token>'.")
+
+
+class ReadScope(_Scope):
+    scope = ApiToken.Scope.READ
+
+
+class EventsWriteScope(_Scope):
+    scope = ApiToken.Scope.EVENTS_WRITE

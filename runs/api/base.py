@@ -1,0 +1,48 @@
+"""API plumbing that settings point at: pagination and the error shape. Imports no views."""
+
+from django.core.exceptions import RequestDataTooBig
+from rest_framework import exceptions, status
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.views import exception_handler as drf_exception_handler
+
+
+class Pagination(PageNumberPagination):
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "Request body too large."
+
+
+class InvalidEvents(exceptions.APIException):
+    status_code = status.HTTP_400_BAD_REQUEST
+
+    def __init__(self, problems):
+        self.problems = problems
+        n = len({p.index for p in problems})
+        super().__init__(f"{n} event(s) invalid; nothing was stored.")
+
+
+def exception_handler(exc, context):
+    """DRF's handler, with every error body shaped {detail, errors?}."""
+    if isinstance(exc, RequestDataTooBig):
+        exc = PayloadTooLarge()
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, InvalidEvents):
+        response.data = {"detail": str(exc.detail), "errors": [p.as_dict() for p in exc.problems]}
+    elif isinstance(exc, exceptions.ValidationError):
+        response.data = {"detail": "Invalid request.", "errors": _field_errors(response.data)}
+    return response
+
+
+def _field_errors(data, prefix=""):
+    if isinstance(data, dict):
+        return [e for key, value in data.items() for e in _field_errors(value, f"{prefix}{key}.")]
+    if isinstance(data, list) and all(isinstance(v, str) for v in data):
+        return [{"field": prefix.rstrip("."), "reason": str(v)} for v in data]
+    return [{"field": prefix.rstrip("."), "reason": str(data)}]

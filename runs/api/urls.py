@@ -1,0 +1,16 @@
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import SimpleRouter
+
+from . import views
+
+router = SimpleRouter(trailing_slash=False)
+router.register("runs", views.RunViewSet, basename="run")
+router.register("nodes", views.NodeViewSet, basename="node")
+
+urlpatterns = [
+    path("events", views.events_create, name="events"),
+    path("schema", SpectacularAPIView.as_view(permission_classes=[]), name="schema"),
+    path("docs", SpectacularSwaggerView.as_view(url_name="schema", permission_classes=[]), name="api-docs"),
+    *router.urls,
+]

@@ -1,0 +1,127 @@
+"""The REST API: event intake (CloudEvents 1.0) and the read API of the fleet record."""
+
+import django_filters
+from django.conf import settings
+from django.db.models import Count
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import parsers, status, viewsets
+from rest_framework.decorators import action, api_view, parser_classes, permission_classes
+from rest_framework.response import Response
+
+from .. import services
+from ..domain.cloudevents import parse_events
+from ..models import Node, Run
+from . import serializers as s
+from .auth import EventsWriteScope
+from .base import InvalidEvents, PayloadTooLarge
+
+
+class CloudEventsParser(parsers.JSONParser):
+    media_type = "application/cloudevents+json"
+
+
+class CloudEventsBatchParser(parsers.JSONParser):
+    media_type = "application/cloudevents-batch+json"
+
+
+@extend_schema(
+    request=s.CloudEventSerializer(many=True),
+    responses={
+        202: s.IngestResultSerializer,
+        200: OpenApiResponse(s.IngestResultSerializer, description="Every event was a duplicate."),
+        400: s.ErrorSerializer,
+        401: s.ErrorSerializer,
+        403: s.ErrorSerializer,
+        413: s.ErrorSerializer,
+    },
+    summary="Post one CloudEvent or a batch",
+    description="Structured-mode CloudEvents 1.0. A batch is all-or-nothing; (source, id) repeats are duplicates.",
+)
+@api_view(["POST"])
+@permission_classes([EventsWriteScope])
+@parser_classes([parsers.JSONParser, CloudEventsParser, CloudEventsBatchParser])
+def events_create(request):
+    length = request.META.get("CONTENT_LENGTH") or "0"
+    if not length.isdigit() or int(length) > settings.EVENTS_MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"Request body is over the limit of {settings.EVENTS_MAX_BODY_BYTES} bytes.")
+    events, problems = parse_events(request.data, max_batch=settings.EVENTS_MAX_BATCH)
+    if problems:
+        raise InvalidEvents(problems)
+    result = services.events_ingest(events=events)
+    items = [{"id": e.id, "source": e.source, "status": "accepted"} for e in result.accepted]
+    items += [{"id": e.id, "source": e.source, "status": "duplicate"} for e in result.duplicates]
+    body = {"accepted": len(result.accepted), "duplicates": len(result.duplicates), "events": items}
+    return Response(body, status=status.HTTP_202_ACCEPTED if result.accepted else status.HTTP_200_OK)
+
+
+class RunFilter(django_filters.FilterSet):
+    cluster = django_filters.CharFilter(field_name="cluster__name")
+
+    class Meta:
+        model = Run
+        fields = ["state", "cluster"]
+
+
+class RunViewSet(viewsets.ReadOnlyModelViewSet):
+    """Training runs, newest first, with their attempts, interruptions and checkpoints."""
+
+    serializer_class = s.RunSerializer
+    filterset_class = RunFilter
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+    queryset = (
+        Run.objects.select_related("cluster")
+        .annotate(
+            attempt_count=Count("attempts", distinct=True),
+            interruption_count=Count("interruptions", distinct=True),
+        )
+        .order_by("-started_at", "name")
+    )
+
+    def _children(self, rows, serializer_class):
+        page = self.paginate_queryset(rows)
+        return self.get_paginated_response(serializer_class(page, many=True).data)
+
+    @extend_schema(responses=s.AttemptSerializer(many=True), filters=False)
+    @action(detail=True, filterset_class=None)
+    def attempts(self, request, name=None):
+        run = get_object_or_404(Run, name=name)
+        return self._children(run.attempts.prefetch_related("nodes").order_by("number"), s.AttemptSerializer)
+
+    @extend_schema(responses=s.InterruptionSerializer(many=True), filters=False)
+    @action(detail=True, filterset_class=None)
+    def interruptions(self, request, name=None):
+        run = get_object_or_404(Run, name=name)
+        rows = run.interruptions.select_related("attempt", "node", "gpu").order_by("number")
+        return self._children(rows, s.InterruptionSerializer)
+
+    @extend_schema(responses=s.CheckpointSerializer(many=True), filters=False)
+    @action(detail=True, filterset_class=None)
+    def checkpoints(self, request, name=None):
+        run = get_object_or_404(Run, name=name)
+        return self._children(run.checkpoints.order_by("step"), s.CheckpointSerializer)
+
+
+class NodeFilter(django_filters.FilterSet):
+    cluster = django_filters.CharFilter(field_name="cluster__name")
+
+    class Meta:
+        model = Node
+        fields = ["state", "cluster"]
+
+
+class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+    """Nodes by hostname; one node comes with its GPUs and its 50 most recent events."""
+
+    filterset_class = NodeFilter
+    lookup_field = "hostname"
+    lookup_value_regex = "[^/]+"
+    queryset = Node.objects.select_related("cluster").order_by("hostname")
+
+    def get_serializer_class(self):
+        return s.NodeDetailSerializer if self.action == "retrieve" else s.NodeSerializer
+
+    def get_queryset(self):
+        queryset = super().get_queryset()
+        return queryset.prefetch_related("gpus") if self.action == "retrieve" else queryset

@@ -1,0 +1,308 @@
+"""Validation of CloudEvents 1.0 (structured JSON mode) and of FleetOps' event types, version 1.
+
+Pure: no Django import. `parse_events` turns a decoded JSON body into validated events or a list of
+problems, each naming the event's index, the field and the reason, so that a batch can be refused
+whole with an answer the sender can act on.
+"""
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from .taxonomy import Cause
+
+SPECVERSION = "1.0"
+NODE_STATES = ("in_service", "suspect", "cordoned", "draining", "in_repair", "burn_in", "hot_spare", "retired")
+CHECKPOINT_TIERS = ("memory", "local", "durable")
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+@dataclass(frozen=True)
+class Problem:
+    index: int
+    field: str
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {"index": self.index, "field": self.field, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class CloudEvent:
+    source: str
+    id: str
+    type: str
+    time: datetime
+    data: dict = field(hash=False)
+    subject: str = ""
+
+
+class _Invalid(Exception):
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+# Each checker takes the raw value and returns the value to store, or raises _Invalid.
+def _str(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _Invalid("must be a non-empty string")
+    if len(value) > 1000:
+        raise _Invalid("must be at most 1000 characters")
+    return value
+
+
+def _name(value: Any) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise _Invalid("must be 1-200 characters of letters, digits, '.', '_', ':' or '-', starting with a letter or digit")
+    return value
+
+
+def _int(minimum: int | None = None, maximum: int | None = None):
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Invalid("must be an integer")
+        if minimum is not None and value < minimum:
+            raise _Invalid(f"must be at least {minimum}")
+        if maximum is not None and value > maximum:
+            raise _Invalid(f"must be at most {maximum}")
+        return value
+
+    return check
+
+
+def _number(minimum: float | None = None):
+    def check(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+            raise _Invalid("must be a number")
+        if minimum is not None and value < minimum:
+            raise _Invalid(f"must be at least {minimum}")
+        return float(value)
+
+    return check
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid("must be true or false")
+    return value
+
+
+def _choice(choices):
+    def check(value: Any) -> str:
+        if value not in choices:
+            raise _Invalid(f"must be one of: {', '.join(choices)}")
+        return value
+
+    return check
+
+
+def _names(value: Any) -> list[str]:
+    if not isinstance(value, list) or not value:
+        raise _Invalid("must be a non-empty list of names")
+    for item in value:
+        _name(item)
+    if len(set(value)) != len(value):
+        raise _Invalid("must not repeat a name")
+    return value
+
+
+def _strings(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _Invalid("must be a list of strings")
+    return value
+
+
+def parse_time(value: Any) -> datetime:
+    """An RFC 3339 timestamp with its offset, returned in UTC."""
+    if not isinstance(value, str) or not _RFC3339.match(value):
+        raise _Invalid("must be an RFC 3339 timestamp with a time zone, e.g. 2026-01-31T23:59:00Z")
+    try:
+        return datetime.fromisoformat(value.replace("z", "Z")).astimezone(UTC)
+    except ValueError as exc:
+        raise _Invalid(f"is not a valid timestamp ({exc})") from None
+
+
+def _details(value: Any) -> Any:
+    if not isinstance(value, str | dict):
+        raise _Invalid("must be a string or an object")
+    return value
+
+
+_CAUSES = tuple(c.value for c in Cause)
+_step = _int(minimum=0)
+_gpu = _int(minimum=0, maximum=255)
+
+# type -> {field: (checker, required)}; fields not listed are kept as sent, unchecked.
+SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
+    "run.started": {
+        "run": (_name, True),
+        "cluster": (_name, True),
+        "gpus": (_int(minimum=1), True),
+        "nodes": (_names, True),
+        "job_id": (_str, True),
+        "model_params": (_int(minimum=1), False),
+        "checkpoint_interval_s": (_number(minimum=1), False),
+    },
+    "run.step": {"run": (_name, True), "step": (_step, True)},
+    "checkpoint.started": {"run": (_name, True), "step": (_step, True)},
+    "checkpoint.completed": {
+        "run": (_name, True),
+        "step": (_step, True),
+        "blocking_s": (_number(minimum=0), True),
+        "bytes": (_int(minimum=0), True),
+        "tier": (_choice(CHECKPOINT_TIERS), True),
+        "durable_at": (parse_time, False),
+    },
+    "checkpoint.failed": {"run": (_name, True), "step": (_step, True), "reason": (_str, True)},
+    "run.failed": {
+        "run": (_name, True),
+        "reason": (_str, True),
+        "node": (_name, False),
+        "gpu": (_gpu, False),
+        "xid": (_int(minimum=0), False),
+        "category": (_choice(_CAUSES), False),
+        "detected_at": (parse_time, False),
+        "planned": (_bool, False),
+    },
+    "run.restored": {"run": (_name, True), "from_step": (_step, True)},
+    "run.completed": {"run": (_name, True)},
+    "run.cancelled": {"run": (_name, True), "reason": (_str, False)},
+    "node.heartbeat": {"node": (_name, True), "cluster": (_name, False)},
+    "node.state": {
+        "node": (_name, True),
+        "state": (_choice(NODE_STATES), True),
+        "reason": (_str, True),
+        "cluster": (_name, False),
+    },
+    "gpu.xid": {
+        "node": (_name, True),
+        "gpu": (_gpu, True),
+        "xid": (_int(minimum=0), True),
+        "message": (_str, True),
+        "uuid": (_str, False),
+    },
+    "gpu.ecc": {
+        "node": (_name, True),
+        "gpu": (_gpu, True),
+        "corrected": (_int(minimum=0), True),
+        "uncorrected": (_int(minimum=0), True),
+        "remapped_rows_corrected": (_int(minimum=0), False),
+        "remapped_rows_uncorrected": (_int(minimum=0), False),
+        "remapped_rows_pending": (_bool, False),
+        "remapped_rows_failure": (_bool, False),
+        "retired_pages": (_int(minimum=0), False),
+    },
+    "gpu.health": {
+        "node": (_name, True),
+        "gpu": (_gpu, True),
+        "temperature_c": (_number(), True),
+        "throttle_reasons": (_strings, True),
+        "nvlink_errors": (_int(minimum=0), True),
+        "recovery_action": (_int(minimum=0, maximum=4), True),
+    },
+    "rank.step_time": {
+        "run": (_name, True),
+        "rank": (_int(minimum=0), True),
+        "node": (_name, True),
+        "step": (_step, True),
+        "seconds": (_number(minimum=0), True),
+    },
+    "rank.grad_norm": {
+        "run": (_name, True),
+        "rank": (_int(minimum=0), True),
+        "node": (_name, True),
+        "step": (_step, True),
+        "value": (_number(), True),
+    },
+    "healthcheck.result": {
+        "node": (_name, True),
+        "check": (_str, True),
+        "passed": (_bool, True),
+        "details": (_details, False),
+    },
+}
+EVENT_TYPES = tuple(SCHEMAS)
+
+_ATTRIBUTES = {
+    "specversion": _choice((SPECVERSION,)),
+    "id": _str,
+    "source": _str,
+    "type": _choice(EVENT_TYPES),
+    "time": parse_time,
+}
+
+
+def parse_event(raw: Any, index: int = 0) -> tuple[CloudEvent | None, list[Problem]]:
+    """One event: the validated event, or None and every problem found in it."""
+    if not isinstance(raw, dict):
+        return None, [Problem(index, "", "each event must be a JSON object")]
+    problems: list[Problem] = []
+    values: dict[str, Any] = {}
+    for name, check in _ATTRIBUTES.items():
+        if name not in raw or raw[name] is None:
+            problems.append(Problem(index, name, "is required"))
+            continue
+        try:
+            values[name] = check(raw[name])
+        except _Invalid as exc:
+            reason = exc.reason
+            if name == "type":
+                reason = f"unknown event type {raw[name]!r}; known types: {', '.join(EVENT_TYPES)}"
+            problems.append(Problem(index, name, reason))
+    subject = raw.get("subject", "")
+    if subject is not None and not isinstance(subject, str):
+        problems.append(Problem(index, "subject", "must be a string"))
+    data = raw.get("data")
+    if not isinstance(data, dict):
+        problems.append(Problem(index, "data", "is required" if data is None else "must be a JSON object"))
+    elif "type" in values:
+        cleaned = dict(data)
+        for name, (check, required) in SCHEMAS[values["type"]].items():
+            if data.get(name) is None:
+                if required:
+                    problems.append(Problem(index, f"data.{name}", "is required"))
+                cleaned.pop(name, None)
+                continue
+            try:
+                check(data[name])
+            except _Invalid as exc:
+                problems.append(Problem(index, f"data.{name}", exc.reason))
+        data = cleaned
+    if problems:
+        return None, problems
+    event = CloudEvent(
+        source=values["source"],
+        id=values["id"],
+        type=values["type"],
+        time=values["time"],
+        data=data,
+        subject=subject or "",
+    )
+    return event, []
+
+
+def parse_events(body: Any, *, max_batch: int) -> tuple[list[CloudEvent], list[Problem]]:
+    """A decoded body, one event (an object) or a batch (an array): all events, or all problems."""
+    raws = body if isinstance(body, list) else [body]
+    if isinstance(body, list) and not body:
+        return [], [Problem(0, "", "the batch is empty")]
+    if len(raws) > max_batch:
+        return [], [Problem(0, "", f"a batch holds at most {max_batch} events, this one {len(raws)}")]
+    events: list[CloudEvent] = []
+    problems: list[Problem] = []
+    seen: dict[tuple[str, str], int] = {}
+    for index, raw in enumerate(raws):
+        event, found = parse_event(raw, index)
+        problems.extend(found)
+        if event is None:
+            continue
+        key = (event.source, event.id)
+        if key in seen:
+            problems.append(Problem(index, "id", f"repeats the source and id of event {seen[key]} in this batch"))
+            continue
+        seen[key] = index
+        events.append(event)
+    return (events if not problems else []), problems

@@ -1,0 +1,274 @@
+"""The fleet record: clusters, nodes, GPUs, runs, attempts, interruptions, checkpoints, and the event log.
+
+Everything but Event and ApiToken is derived from the event log (runs.services.event_apply) and can be
+rebuilt from it (`manage.py rebuild_record`). All times are stored in UTC.
+"""
+
+import hashlib
+import secrets
+
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+
+from .domain.cloudevents import CHECKPOINT_TIERS, NODE_STATES
+from .domain.taxonomy import CAUSES, cause_group
+
+
+class Cluster(models.Model):
+    class Scheduler(models.TextChoices):
+        SLURM = "slurm"
+        KUBERNETES = "kubernetes"
+        SIMULATED = "simulated"
+
+    name = models.CharField(max_length=200, unique=True)
+    scheduler = models.CharField(max_length=20, choices=Scheduler.choices, default=Scheduler.SIMULATED)
+    api_url = models.CharField(max_length=500, blank=True, help_text="Where the scheduler's API answers.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class Node(models.Model):
+    State = models.TextChoices("State", [(s, s.replace("_", " ")) for s in NODE_STATES])
+
+    hostname = models.CharField(max_length=200, unique=True)
+    cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes")
+    gpu_count = models.PositiveSmallIntegerField(default=8)
+    gpu_model = models.CharField(max_length=100, blank=True)
+    rack = models.CharField(max_length=100, blank=True)
+    switch = models.CharField(max_length=100, blank=True)
+    state = models.CharField(max_length=20, choices=State.choices, default="in_service")
+    state_reason = models.CharField(max_length=1000, blank=True)
+    # Event time of the state now shown; an older node.state arriving late does not overwrite it.
+    state_changed_at = models.DateTimeField(null=True, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["hostname"]
+        indexes = [models.Index(fields=["cluster", "state"])]
+
+    def __str__(self):
+        return self.hostname
+
+    def get_absolute_url(self):
+        return reverse("node-detail", args=[self.hostname])
+
+
+class GPU(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=100, blank=True)
+    serial = models.CharField(max_length=100, blank=True)
+    xid_count = models.PositiveIntegerField(default=0)
+    last_xid = models.PositiveIntegerField(null=True, blank=True)
+    last_xid_at = models.DateTimeField(null=True, blank=True)
+    last_xid_message = models.CharField(max_length=1000, blank=True)
+    ecc_corrected = models.PositiveBigIntegerField(default=0)
+    ecc_uncorrected = models.PositiveBigIntegerField(default=0)
+    remapped_rows_corrected = models.PositiveIntegerField(default=0)
+    remapped_rows_uncorrected = models.PositiveIntegerField(default=0)
+    remapped_rows_pending = models.BooleanField(default=False)
+    remapped_rows_failure = models.BooleanField(default=False)
+    retired_pages = models.PositiveIntegerField(default=0)
+    ecc_at = models.DateTimeField(null=True, blank=True)
+    temperature_c = models.FloatField(null=True, blank=True)
+    throttle_reasons = models.JSONField(default=list, blank=True)
+    nvlink_errors = models.PositiveBigIntegerField(default=0)
+    recovery_action = models.PositiveSmallIntegerField(default=0, help_text="NVML field 230: 0 none .. 4 drain and reset")
+    health_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_index_per_node")]
+
+    def __str__(self):
+        return f"{self.node.hostname}/gpu{self.index}"
+
+
+class Run(models.Model):
+    class State(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        RESTARTING = "restarting"
+        COMPLETED = "completed"
+        CANCELLED = "cancelled"
+
+    name = models.CharField(max_length=200, unique=True)
+    cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
+    gpu_count = models.PositiveIntegerField(default=0)
+    model_params = models.PositiveBigIntegerField(null=True, blank=True, help_text="Model size in parameters.")
+    checkpoint_interval_s = models.FloatField(null=True, blank=True, help_text="Checkpoint policy: seconds between checkpoints.")
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    last_step = models.PositiveBigIntegerField(null=True, blank=True)
+    last_step_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "name"]
+
+    def __str__(self):
+        return self.name
+
+    def get_absolute_url(self):
+        return reverse("run-detail", args=[self.name])
+
+
+class Attempt(models.Model):
+    """One start of a run by the scheduler; a restart after a failure is the next attempt."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    job_id = models.CharField(max_length=200)
+    nodes = models.ManyToManyField(Node, related_name="attempts", blank=True)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=20, blank=True)
+    resumed_from_step = models.PositiveBigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "number"]
+        constraints = [models.UniqueConstraint(fields=["run", "number"], name="attempt_unique_number")]
+
+    def __str__(self):
+        return f"{self.run.name} #{self.number}"
+
+
+class Interruption(models.Model):
+    """A stop of a run: fault, detection, running again, training again (four timestamps, UTC)."""
+
+    Cause = models.TextChoices("Cause", [(c.value, label) for c, (label, _, _) in CAUSES.items()])
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="interruptions")
+    number = models.PositiveIntegerField()
+    attempt = models.ForeignKey(Attempt, null=True, blank=True, on_delete=models.SET_NULL, related_name="interruptions")
+    fault_at = models.DateTimeField(help_text="When the fault happened.")
+    detected_at = models.DateTimeField(help_text="When it was noticed.")
+    running_at = models.DateTimeField(null=True, blank=True, help_text="When the next attempt started.")
+    resumed_at = models.DateTimeField(null=True, blank=True, help_text="When training resumed from a checkpoint.")
+    resumed_from_step = models.PositiveBigIntegerField(null=True, blank=True)
+    cause = models.CharField(max_length=40, choices=Cause.choices, default="unknown")
+    planned = models.BooleanField(default=False)
+    reason = models.CharField(max_length=1000, blank=True)
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="interruptions")
+    gpu = models.ForeignKey(GPU, null=True, blank=True, on_delete=models.SET_NULL, related_name="interruptions")
+    xid = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "number"]
+        constraints = [models.UniqueConstraint(fields=["run", "number"], name="interruption_unique_number")]
+        indexes = [models.Index(fields=["fault_at"])]
+
+    def __str__(self):
+        return f"{self.run.name} interruption {self.number}"
+
+    @property
+    def cause_group(self) -> str:
+        return cause_group(self.cause).value
+
+    @property
+    def resumed_from_checkpoint(self):
+        """The checkpoint training resumed from, once both its event and the restore are known."""
+        if self.resumed_from_step is None:
+            return None
+        return Checkpoint.objects.filter(run_id=self.run_id, step=self.resumed_from_step).first()
+
+
+class Checkpoint(models.Model):
+    Tier = models.TextChoices("Tier", [(t, t) for t in CHECKPOINT_TIERS])
+
+    class Status(models.TextChoices):
+        STARTED = "started"
+        COMPLETED = "completed"
+        FAILED = "failed"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.PositiveBigIntegerField()
+    started_at = models.DateTimeField(null=True, blank=True, help_text="When training blocked for the write.")
+    blocking_s = models.FloatField(null=True, blank=True, help_text="Seconds training was blocked.")
+    completed_at = models.DateTimeField(null=True, blank=True)
+    durable_at = models.DateTimeField(null=True, blank=True, help_text="When the checkpoint could be restored from.")
+    bytes = models.PositiveBigIntegerField(null=True, blank=True)
+    tier = models.CharField(max_length=10, choices=Tier.choices, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.STARTED)
+    failure_reason = models.CharField(max_length=1000, blank=True)
+
+    class Meta:
+        ordering = ["run", "step"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="checkpoint_unique_step")]
+
+    def __str__(self):
+        return f"{self.run.name} checkpoint @{self.step}"
+
+
+class Event(models.Model):
+    """Every accepted CloudEvent, append-only. The rest of the record is derived from these."""
+
+    source = models.CharField(max_length=1000)
+    event_id = models.CharField(max_length=1000)
+    type = models.CharField(max_length=50)
+    subject = models.CharField(max_length=1000, blank=True)
+    time = models.DateTimeField(help_text="When it happened, as the sender says (UTC).")
+    received_at = models.DateTimeField(auto_now_add=True)
+    data = models.JSONField()
+    # Denormalised from data so a run's or node's events are one indexed query away.
+    run_name = models.CharField(max_length=200, blank=True)
+    node_name = models.CharField(max_length=200, blank=True)
+    applied_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["time", "id"]
+        constraints = [models.UniqueConstraint(fields=["source", "event_id"], name="event_unique_source_id")]
+        indexes = [
+            models.Index(fields=["run_name", "type", "time"]),
+            models.Index(fields=["node_name", "time"]),
+            models.Index(fields=["id"], condition=Q(applied_at__isnull=True), name="event_unapplied"),
+        ]
+
+    def __str__(self):
+        return f"{self.type} {self.source}#{self.event_id}"
+
+
+class ApiToken(models.Model):
+    """A bearer token for the REST API. Only its SHA-256 is kept; the token is shown once, at creation."""
+
+    class Scope(models.TextChoices):
+        EVENTS_WRITE = "events:write"
+        READ = "read"
+
+    PREFIX = "fo_"
+
+    name = models.CharField(max_length=200, unique=True)
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    hint = models.CharField(max_length=12, editable=False, help_text="The token's first characters, to tell tokens apart.")
+    scopes = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    @staticmethod
+    def digest_of(token: str) -> str:
+        # Tokens are 256 random bits: a fast hash is enough, no key stretching needed.
+        return hashlib.sha256(token.encode()).hexdigest()
+
+    def set_new_token(self) -> str:
+        """Give this row a fresh token and return it; the caller shows it once and never stores it."""
+        token = self.PREFIX + secrets.token_urlsafe(32)
+        self.digest = self.digest_of(token)
+        self.hint = token[:10]
+        return token
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in self.scopes

@@ -1,0 +1,9 @@
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("runs/<str:name>", views.run_detail, name="run-detail"),
+    path("nodes/<str:hostname>", views.node_detail, name="node-detail"),
+]

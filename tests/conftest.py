@@ -1,0 +1,51 @@
+import os
+import socket
+from urllib.parse import urlparse
+
+import pytest
+from rest_framework.test import APIClient
+
+from fleetops.celery import app as celery_app
+from runs.models import ApiToken
+
+# Tests apply events in-process; the service tests start a real worker and turn this off themselves.
+celery_app.conf.task_always_eager = True
+
+
+def require(available: bool, what: str) -> None:
+    """Skip a test whose service is missing on a laptop; under CI a missing service is a failure."""
+    if available:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{what} is required under CI=true but is not available")
+    pytest.skip(f"{what} not available")
+
+
+def reachable(url: str, default_port: int) -> bool:
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or default_port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def make_token(name: str, scopes: list[str]) -> str:
+    row = ApiToken(name=name, scopes=scopes)
+    token = row.set_new_token()
+    row.save()
+    return token
+
+
+@pytest.fixture
+def writer(db) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Bearer " + make_token("writer", ["events:write", "read"]))
+    return client
+
+
+@pytest.fixture
+def reader(db) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Bearer " + make_token("reader", ["read"]))
+    return client

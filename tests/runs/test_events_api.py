@@ -1,0 +1,229 @@
+"""POST /api/v1/events on the default database, events applied in-process."""
+
+import json
+import random
+
+import pytest
+from django.test import override_settings
+
+from runs.models import GPU, Attempt, Checkpoint, Event, Interruption, Node, Run
+from tests.runs.scenario import at, event, failure_and_restart, record_snapshot
+
+URL = "/api/v1/events"
+BATCH = "application/cloudevents-batch+json"
+
+
+def post(client, body, content_type=BATCH, raw=False):
+    payload = body if raw else json.dumps(body)
+    return client.post(URL, payload, content_type=content_type)
+
+
+def counts():
+    return [m.objects.count() for m in (Event, Run, Attempt, Interruption, Checkpoint, Node, GPU)]
+
+
+def test_it_builds_the_record_from_a_failure_and_restart(writer, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post(writer, failure_and_restart())
+    assert response.status_code == 202, response.json()
+    assert response.json()["accepted"] == 19 and response.json()["duplicates"] == 0
+
+    run = Run.objects.get(name="r1")
+    assert (run.state, run.cluster.name, run.gpu_count, run.last_step) == ("completed", "c1", 16, 6)
+    assert (run.started_at, run.ended_at, run.last_step_at) == (at(0), at(120), at(88))
+    first, second = run.attempts.order_by("number")
+    assert (first.job_id, first.started_at, first.ended_at, first.end_reason) == ("100", at(0), at(45), "failed")
+    assert sorted(first.nodes.values_list("hostname", flat=True)) == ["n1", "n2"]
+    assert (second.job_id, second.started_at, second.ended_at, second.end_reason) == ("101", at(55), at(120), "completed")
+    assert sorted(second.nodes.values_list("hostname", flat=True)) == ["n1", "n3"]
+    assert second.resumed_from_step == 3
+
+    interruption = run.interruptions.get()
+    assert interruption.attempt == first
+    assert interruption.fault_at == at(45)
+    assert interruption.detected_at == at(46)
+    assert interruption.running_at == at(55)
+    assert interruption.resumed_at == at(58)
+    assert interruption.resumed_from_step == 3
+    assert interruption.resumed_from_checkpoint.step == 3
+    assert (interruption.cause, interruption.planned, interruption.xid) == ("faulty_gpu", False, 79)
+    assert (interruption.node.hostname, interruption.gpu.index) == ("n2", 3)
+
+    checkpoints = list(run.checkpoints.order_by("step").values_list("step", "status", "started_at", "blocking_s",
+                                                                    "durable_at", "tier"))
+    assert checkpoints == [
+        (3, "completed", at(30), 20.0, at(30, 20), "durable"),
+        (6, "completed", at(88), 15.0, at(88, 15), "durable"),
+    ]
+    n2 = Node.objects.get(hostname="n2")
+    assert (n2.state, n2.state_reason, n2.cluster.name) == ("cordoned", "Xid 79", "c1")
+    gpu = GPU.objects.get(node=n2, index=3)
+    assert (gpu.xid_count, gpu.last_xid, gpu.last_xid_at) == (1, 79, at(45))
+    assert Event.objects.filter(applied_at__isnull=True).count() == 0
+
+
+def test_it_answers_duplicates_and_stores_nothing_new(writer, django_capture_on_commit_callbacks):
+    batch = failure_and_restart()
+    with django_capture_on_commit_callbacks(execute=True):
+        post(writer, batch)
+    before, snapshot = counts(), record_snapshot()
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = post(writer, batch)
+    assert response.status_code == 200
+    assert response.json()["accepted"] == 0 and response.json()["duplicates"] == len(batch)
+    assert {e["status"] for e in response.json()["events"]} == {"duplicate"}
+    assert callbacks == []
+    assert counts() == before and record_snapshot() == snapshot
+
+
+def test_it_gives_the_same_record_for_any_order(writer, django_capture_on_commit_callbacks):
+    batch = failure_and_restart()
+    with django_capture_on_commit_callbacks(execute=True):
+        post(writer, batch)
+    expected = record_snapshot()
+    for seed in (1, 2, 3):
+        Run.objects.all().delete(), Node.objects.all().delete(), Event.objects.all().delete()
+        shuffled = batch[:]
+        random.Random(seed).shuffle(shuffled)
+        with django_capture_on_commit_callbacks(execute=True):
+            post(writer, shuffled)
+        assert record_snapshot() == expected, f"seed {seed}"
+
+
+def test_it_gives_the_same_record_when_events_arrive_one_by_one_late(writer, django_capture_on_commit_callbacks):
+    batch = failure_and_restart()
+    with django_capture_on_commit_callbacks(execute=True):
+        post(writer, batch)
+    expected = record_snapshot()
+    Run.objects.all().delete(), Node.objects.all().delete(), Event.objects.all().delete()
+    for raw in reversed(batch):
+        with django_capture_on_commit_callbacks(execute=True):
+            assert post(writer, raw, content_type="application/cloudevents+json").status_code == 202
+    assert record_snapshot() == expected
+
+
+def test_it_accepts_plain_json_content_type(writer, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post(writer, event("node.heartbeat", at(0), "hb-1", node="n9"), content_type="application/json")
+    assert response.status_code == 202
+    assert Node.objects.get(hostname="n9").last_heartbeat_at == at(0)
+
+
+def test_it_rebuilds_the_same_record_from_the_event_log(writer, django_capture_on_commit_callbacks):
+    from runs.services import record_rebuild
+
+    with django_capture_on_commit_callbacks(execute=True):
+        post(writer, failure_and_restart())
+    expected = record_snapshot()
+    assert record_rebuild() == 19
+    assert record_snapshot() == expected
+
+
+# --- Bad input: the right status, a message naming the problem, and nothing stored ---
+
+
+def _problem(response):
+    body = response.json()
+    return body["detail"], [(e.get("index"), e["field"], e["reason"]) for e in body.get("errors", [])]
+
+
+def test_it_rejects_malformed_json(writer):
+    before = counts()
+    response = post(writer, '[{"specversion": "1.0",', raw=True)
+    assert response.status_code == 400
+    assert "JSON parse error" in response.json()["detail"]
+    assert counts() == before
+
+
+def test_it_rejects_a_batch_with_a_missing_attribute_and_stores_none_of_it(writer):
+    batch = failure_and_restart()
+    del batch[5]["source"]
+    before = counts()
+    response = post(writer, batch)
+    assert response.status_code == 400
+    detail, errors = _problem(response)
+    assert errors == [(5, "source", "is required")]
+    assert "nothing was stored" in detail
+    assert counts() == before
+
+
+def test_it_rejects_wrong_types_naming_each_field(writer):
+    batch = failure_and_restart()
+    batch[1]["data"]["step"] = "three"
+    batch[2]["time"] = "yesterday"
+    batch[3]["data"] = []
+    before = counts()
+    response = post(writer, batch)
+    assert response.status_code == 400
+    _, errors = _problem(response)
+    assert errors == [
+        (1, "data.step", "must be an integer"),
+        (2, "time", "must be an RFC 3339 timestamp with a time zone, e.g. 2026-01-31T23:59:00Z"),
+        (3, "data", "must be a JSON object"),
+    ]
+    assert counts() == before
+
+
+def test_it_rejects_an_unknown_event_type(writer):
+    before = counts()
+    response = post(writer, [event("run.exploded", at(0), "x-1", run="r1")])
+    assert response.status_code == 400
+    _, errors = _problem(response)
+    assert errors[0][:2] == (0, "type") and "unknown event type 'run.exploded'" in errors[0][2]
+    assert counts() == before
+
+
+def test_it_rejects_a_repeated_id_within_one_batch(writer):
+    one = event("node.heartbeat", at(0), "same", node="n1")
+    response = post(writer, [one, one])
+    assert response.status_code == 400
+    assert _problem(response)[1] == [(1, "id", "repeats the source and id of event 0 in this batch")]
+
+
+@override_settings(EVENTS_MAX_BODY_BYTES=2000)
+def test_it_rejects_a_too_large_body_with_413(writer):
+    before = counts()
+    response = post(writer, failure_and_restart())
+    assert response.status_code == 413
+    assert "over the limit of 2000 bytes" in response.json()["detail"]
+    assert counts() == before
+
+
+def test_it_rejects_a_bad_token_with_401(client, db):
+    before = counts()
+    response = client.post(URL, json.dumps(failure_and_restart()), content_type=BATCH,
+                           HTTP_AUTHORIZATION="Bearer fo_not-a-real-token")
+    assert response.status_code == 401
+    assert response.json()["detail"] == "Unknown or revoked API token."
+    assert response.headers["WWW-Authenticate"] == "Bearer"
+    assert counts() == before
+
+
+def test_it_rejects_a_missing_token_with_401(client, db):
+    response = client.post(URL, json.dumps(failure_and_restart()), content_type=BATCH)
+    assert response.status_code == 401
+    assert "API token is required" in response.json()["detail"]
+    assert Event.objects.count() == 0
+
+
+def test_it_rejects_a_token_without_the_scope_with_403(reader):
+    before = counts()
+    response = post(reader, failure_and_restart())
+    assert response.status_code == 403
+    assert response.json()["detail"] == "This token lacks the 'events:write' scope."
+    assert counts() == before
+
+
+def test_it_rejects_a_revoked_token(writer):
+    from django.utils import timezone
+
+    from runs.models import ApiToken
+
+    ApiToken.objects.update(revoked_at=timezone.now())
+    assert post(writer, failure_and_restart()).status_code == 401
+
+
+def test_it_refuses_other_content_types(writer):
+    response = writer.post(URL, "run=r1", content_type="text/plain")
+    assert response.status_code == 415
+    assert Event.objects.count() == 0
