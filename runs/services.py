@@ -98,6 +98,7 @@ def _apply_chunk(event_ids: list[int]) -> int:
         if not events:
             return 0  # another worker got there first
         Event.objects.filter(pk__in=[e.pk for e in events]).update(applied_at=timezone.now())
+        _lock_subjects(events)
         lifecycle_runs: set[str] = set()
         for event in events:
             if event.type in lifecycle.LIFECYCLE_TYPES:
@@ -109,10 +110,25 @@ def _apply_chunk(event_ids: list[int]) -> int:
     return len(events)
 
 
+def _lock_subjects(events: list[Event]) -> None:
+    """Create and lock every run and node these events touch, runs then nodes, each in name order.
+
+    One global order means two workers can never wait on each other (no deadlock). NO KEY UPDATE
+    locks still let other transactions insert rows that point at these (attempts, GPUs).
+    """
+    runs = sorted({e.run_name for e in events if e.run_name})
+    nodes = sorted({e.node_name for e in events if e.node_name} | {h for e in events for h in e.data.get("nodes", [])})
+    if runs:
+        Run.objects.bulk_create([Run(name=name) for name in runs], ignore_conflicts=True)
+        list(Run.objects.select_for_update(no_key=True).filter(name__in=runs).order_by("name").values_list("pk"))
+    if nodes:
+        Node.objects.bulk_create([Node(hostname=name) for name in nodes], ignore_conflicts=True)
+        list(Node.objects.select_for_update(no_key=True).filter(hostname__in=nodes).order_by("hostname").values_list("pk"))
+
+
 def _run_locked(name: str) -> Run:
-    """The run's row, created if new, locked until the transaction ends (serialises its rebuilds)."""
-    run, _ = Run.objects.get_or_create(name=name)
-    return Run.objects.select_for_update().get(pk=run.pk)
+    """The run's row; `_lock_subjects` has created and locked it for this transaction."""
+    return Run.objects.select_for_update(no_key=True).get(name=name)
 
 
 def _node(hostname: str, cluster_name: str | None = None) -> Node:

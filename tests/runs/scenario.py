@@ -78,3 +78,41 @@ def record_snapshot() -> dict:
                             "started_at", "blocking_s", "completed_at", "durable_at", "bytes", "tier"),
     }
     return json.loads(json.dumps(snapshot, default=str))
+
+
+def assert_failure_and_restart_record() -> None:
+    """The record `failure_and_restart()` must give, field by field."""
+    from runs.models import GPU, Node, Run
+
+    run = Run.objects.get(name="r1")
+    assert (run.state, run.cluster.name, run.gpu_count, run.last_step) == ("completed", "c1", 16, 6)
+    assert (run.started_at, run.ended_at, run.last_step_at) == (at(0), at(120), at(88))
+    first, second = run.attempts.order_by("number")
+    assert (first.job_id, first.started_at, first.ended_at, first.end_reason) == ("100", at(0), at(45), "failed")
+    assert sorted(first.nodes.values_list("hostname", flat=True)) == ["n1", "n2"]
+    assert (second.job_id, second.started_at, second.ended_at) == ("101", at(55), at(120))
+    assert second.end_reason == "completed"
+    assert sorted(second.nodes.values_list("hostname", flat=True)) == ["n1", "n3"]
+    assert second.resumed_from_step == 3
+
+    interruption = run.interruptions.get()
+    assert interruption.attempt == first
+    assert interruption.fault_at == at(45)
+    assert interruption.detected_at == at(46)
+    assert interruption.running_at == at(55)
+    assert interruption.resumed_at == at(58)
+    assert interruption.resumed_from_step == 3
+    assert interruption.resumed_from_checkpoint.step == 3
+    assert (interruption.cause, interruption.planned, interruption.xid) == ("faulty_gpu", False, 79)
+    assert (interruption.node.hostname, interruption.gpu.index) == ("n2", 3)
+
+    checkpoints = list(run.checkpoints.order_by("step").values_list("step", "status", "started_at", "blocking_s",
+                                                                    "durable_at", "tier"))
+    assert checkpoints == [
+        (3, "completed", at(30), 20.0, at(30, 20), "durable"),
+        (6, "completed", at(88), 15.0, at(88, 15), "durable"),
+    ]
+    n2 = Node.objects.get(hostname="n2")
+    assert (n2.state, n2.state_reason, n2.cluster.name) == ("cordoned", "Xid 79", "c1")
+    gpu = GPU.objects.get(node=n2, index=3)
+    assert (gpu.xid_count, gpu.last_xid, gpu.last_xid_at) == (1, 79, at(45))

@@ -3,11 +3,10 @@
 import json
 import random
 
-import pytest
 from django.test import override_settings
 
 from runs.models import GPU, Attempt, Checkpoint, Event, Interruption, Node, Run
-from tests.runs.scenario import at, event, failure_and_restart, record_snapshot
+from tests.runs.scenario import assert_failure_and_restart_record, at, event, failure_and_restart, record_snapshot
 
 URL = "/api/v1/events"
 BATCH = "application/cloudevents-batch+json"
@@ -28,37 +27,7 @@ def test_it_builds_the_record_from_a_failure_and_restart(writer, django_capture_
     assert response.status_code == 202, response.json()
     assert response.json()["accepted"] == 19 and response.json()["duplicates"] == 0
 
-    run = Run.objects.get(name="r1")
-    assert (run.state, run.cluster.name, run.gpu_count, run.last_step) == ("completed", "c1", 16, 6)
-    assert (run.started_at, run.ended_at, run.last_step_at) == (at(0), at(120), at(88))
-    first, second = run.attempts.order_by("number")
-    assert (first.job_id, first.started_at, first.ended_at, first.end_reason) == ("100", at(0), at(45), "failed")
-    assert sorted(first.nodes.values_list("hostname", flat=True)) == ["n1", "n2"]
-    assert (second.job_id, second.started_at, second.ended_at, second.end_reason) == ("101", at(55), at(120), "completed")
-    assert sorted(second.nodes.values_list("hostname", flat=True)) == ["n1", "n3"]
-    assert second.resumed_from_step == 3
-
-    interruption = run.interruptions.get()
-    assert interruption.attempt == first
-    assert interruption.fault_at == at(45)
-    assert interruption.detected_at == at(46)
-    assert interruption.running_at == at(55)
-    assert interruption.resumed_at == at(58)
-    assert interruption.resumed_from_step == 3
-    assert interruption.resumed_from_checkpoint.step == 3
-    assert (interruption.cause, interruption.planned, interruption.xid) == ("faulty_gpu", False, 79)
-    assert (interruption.node.hostname, interruption.gpu.index) == ("n2", 3)
-
-    checkpoints = list(run.checkpoints.order_by("step").values_list("step", "status", "started_at", "blocking_s",
-                                                                    "durable_at", "tier"))
-    assert checkpoints == [
-        (3, "completed", at(30), 20.0, at(30, 20), "durable"),
-        (6, "completed", at(88), 15.0, at(88, 15), "durable"),
-    ]
-    n2 = Node.objects.get(hostname="n2")
-    assert (n2.state, n2.state_reason, n2.cluster.name) == ("cordoned", "Xid 79", "c1")
-    gpu = GPU.objects.get(node=n2, index=3)
-    assert (gpu.xid_count, gpu.last_xid, gpu.last_xid_at) == (1, 79, at(45))
+    assert_failure_and_restart_record()
     assert Event.objects.filter(applied_at__isnull=True).count() == 0
 
 

@@ -1,0 +1,146 @@
+"""The event path on the real parts: PostgreSQL, Redis and a Celery worker process.
+
+Skips on a laptop without them (DATABASE_URL not PostgreSQL, REDIS_URL unset or down); fails under CI=true.
+"""
+
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection, connections
+
+from fleetops.celery import app as celery_app
+from runs.domain.cloudevents import parse_events
+from runs.models import GPU, Event, Node, Run
+from runs.services import _event_row, events_apply
+from tests.conftest import reachable, require
+from tests.runs.scenario import assert_failure_and_restart_record, failure_and_restart, record_snapshot
+
+ROOT = Path(__file__).resolve().parents[2]
+BATCH = "application/cloudevents-batch+json"
+pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def postgres():
+    require(connection.vendor == "postgresql", "PostgreSQL (DATABASE_URL=postgres://...)")
+
+
+@pytest.fixture
+def worker(postgres):
+    """A real `celery worker` process on Redis, pointed at the test database."""
+    redis_url = os.environ.get("REDIS_URL", "")
+    require(bool(redis_url) and reachable(redis_url, 6379), "Redis (REDIS_URL)")
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
+        "CELERY_TASK_ALWAYS_EAGER": "false",
+        "PYTHONUNBUFFERED": "1",
+    }
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    celery_app.control.purge()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "fleetops", "worker", "--pool=solo", "--without-gossip",
+         "--without-mingle", "--without-heartbeat", "--loglevel=INFO", "-Q", queue],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read():
+        for line in process.stdout:
+            lines.append(line)
+            if " ready." in line:
+                ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    if not ready.wait(30):
+        process.kill()
+        pytest.fail("celery worker did not start:\n" + "".join(lines[-40:]))
+    celery_app.conf.task_always_eager = False
+    try:
+        yield lines
+    finally:
+        celery_app.conf.task_always_eager = True
+        process.terminate()
+        process.wait(10)
+
+
+def wait_until_applied(expected: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if Event.objects.count() == expected and not Event.objects.filter(applied_at__isnull=True).exists():
+            return
+        time.sleep(0.1)
+    pending = Event.objects.filter(applied_at__isnull=True).count()
+    pytest.fail(f"{pending} of {Event.objects.count()} events still unapplied after {timeout}s")
+
+
+def post(client, body):
+    return client.post("/api/v1/events", json.dumps(body), content_type=BATCH)
+
+
+def test_it_applies_a_batch_through_a_real_worker(writer, worker):
+    batch = failure_and_restart()
+    response = post(writer, batch)
+    assert response.status_code == 202, response.content
+    wait_until_applied(len(batch))
+    assert_failure_and_restart_record()
+    assert any("runs.tasks.apply_events" in line and "succeeded" in line for line in worker)
+
+    snapshot, events = record_snapshot(), Event.objects.count()
+    again = post(writer, batch)
+    assert again.status_code == 200 and again.json()["duplicates"] == len(batch)
+    time.sleep(0.5)  # were anything queued, the worker would have had time to apply it
+    assert Event.objects.count() == events and record_snapshot() == snapshot
+
+    Run.objects.all().delete(), Node.objects.all().delete(), Event.objects.all().delete()
+    shuffled = batch[:]
+    random.Random(7).shuffle(shuffled)
+    for start in range(0, len(shuffled), 4):  # several tasks, each with part of the story, out of order
+        assert post(writer, shuffled[start : start + 4]).status_code == 202
+    wait_until_applied(len(batch))
+    assert record_snapshot() == snapshot
+
+
+def test_it_applies_each_event_once_under_parallel_workers(postgres):
+    """Four threads (own connections) apply the same stored events at once: no double counting."""
+    batch = failure_and_restart()
+    batch += [
+        {**batch[0], "id": f"xid-{n}", "type": "gpu.xid", "data": {"node": "n2", "gpu": 3, "xid": 79, "message": "x"}}
+        for n in range(40)
+    ]
+    events, problems = parse_events(batch, max_batch=1000)
+    assert problems == []
+    # Stored directly, without queueing a task: the threads below do the applying.
+    ids = [row.pk for row in Event.objects.bulk_create([_event_row(e) for e in events])]
+    applied, errors = [], []
+
+    def apply(order):
+        try:
+            applied.append(events_apply(event_ids=order))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    orders = [ids, ids[::-1], ids[::2] + ids[1::2], sorted(ids, key=lambda i: i % 7)]
+    threads = [threading.Thread(target=apply, args=(order,)) for order in orders]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert sum(applied) == len(ids)
+    assert GPU.objects.get(node__hostname="n2", index=3).xid_count == 41
+    run = Run.objects.get(name="r1")
+    assert (run.state, run.attempts.count(), run.interruptions.count(), run.last_step) == ("completed", 2, 1, 6)
+    assert run.interruptions.get().resumed_at is not None
