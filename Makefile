@@ -22,7 +22,7 @@ migrate: $(STAMP)
 
 # Embedded default: SQLite under var/, Celery tasks in-process. Demo data goes through the event intake.
 run: migrate
-	$(BIN)/python manage.py load_demo
+	$(BIN)/python manage.py load_demo --login
 	@echo "FleetOps on http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/v1/docs)"
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)
 
@@ -31,7 +31,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
-	$(BIN)/python -m pytest tests/benchmarks -q -s -p no:randomly --override-ini="addopts="
+	$(BIN)/python -m pytest tests/benchmarks -q -s --override-ini="addopts="
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -141,6 +141,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "RunStateEnum": "runs.domain.lifecycle.RUN_STATES",
+        "NodeStateEnum": "runs.domain.cloudevents.NODE_STATE_CHOICES",
+    },
 }
 
 # --- Celery ---

@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
-from .domain.cloudevents import CHECKPOINT_TIERS, NODE_STATES
+from .domain.cloudevents import CHECKPOINT_TIERS, NODE_STATE_CHOICES
 from .domain.taxonomy import CAUSES, cause_group
 
 
@@ -34,7 +34,7 @@ class Cluster(models.Model):
 
 
 class Node(models.Model):
-    State = models.TextChoices("State", [(s, s.replace("_", " ")) for s in NODE_STATES])
+    STATES = NODE_STATE_CHOICES
 
     hostname = models.CharField(max_length=200, unique=True)
     cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes")
@@ -42,7 +42,7 @@ class Node(models.Model):
     gpu_model = models.CharField(max_length=100, blank=True)
     rack = models.CharField(max_length=100, blank=True)
     switch = models.CharField(max_length=100, blank=True)
-    state = models.CharField(max_length=20, choices=State.choices, default="in_service")
+    state = models.CharField(max_length=20, choices=STATES, default="in_service")
     state_reason = models.CharField(max_length=1000, blank=True)
     # Event time of the state now shown; an older node.state arriving late does not overwrite it.
     state_changed_at = models.DateTimeField(null=True, blank=True)
@@ -56,7 +56,7 @@ class Node(models.Model):
         return self.hostname
 
     def get_absolute_url(self):
-        return reverse("node-detail", args=[self.hostname])
+        return reverse("node-page", args=[self.hostname])
 
 
 class GPU(models.Model):
@@ -79,7 +79,9 @@ class GPU(models.Model):
     temperature_c = models.FloatField(null=True, blank=True)
     throttle_reasons = models.JSONField(default=list, blank=True)
     nvlink_errors = models.PositiveBigIntegerField(default=0)
-    recovery_action = models.PositiveSmallIntegerField(default=0, help_text="NVML field 230: 0 none .. 4 drain and reset")
+    recovery_action = models.PositiveSmallIntegerField(
+        default=0, help_text="NVML field 230: 0 none .. 4 drain and reset"
+    )
     health_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -102,7 +104,9 @@ class Run(models.Model):
     cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
     gpu_count = models.PositiveIntegerField(default=0)
     model_params = models.PositiveBigIntegerField(null=True, blank=True, help_text="Model size in parameters.")
-    checkpoint_interval_s = models.FloatField(null=True, blank=True, help_text="Checkpoint policy: seconds between checkpoints.")
+    checkpoint_interval_s = models.FloatField(
+        null=True, blank=True, help_text="Checkpoint policy: seconds between checkpoints."
+    )
     state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -116,7 +120,7 @@ class Run(models.Model):
         return self.name
 
     def get_absolute_url(self):
-        return reverse("run-detail", args=[self.name])
+        return reverse("run-page", args=[self.name])
 
 
 class Attempt(models.Model):
@@ -142,7 +146,7 @@ class Attempt(models.Model):
 class Interruption(models.Model):
     """A stop of a run: fault, detection, running again, training again (four timestamps, UTC)."""
 
-    Cause = models.TextChoices("Cause", [(c.value, label) for c, (label, _, _) in CAUSES.items()])
+    CAUSES = [(cause.value, label) for cause, (label, _, _) in CAUSES.items()]
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="interruptions")
     number = models.PositiveIntegerField()
@@ -152,7 +156,7 @@ class Interruption(models.Model):
     running_at = models.DateTimeField(null=True, blank=True, help_text="When the next attempt started.")
     resumed_at = models.DateTimeField(null=True, blank=True, help_text="When training resumed from a checkpoint.")
     resumed_from_step = models.PositiveBigIntegerField(null=True, blank=True)
-    cause = models.CharField(max_length=40, choices=Cause.choices, default="unknown")
+    cause = models.CharField(max_length=40, choices=CAUSES, default="unknown")
     planned = models.BooleanField(default=False)
     reason = models.CharField(max_length=1000, blank=True)
     node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="interruptions")
@@ -180,7 +184,7 @@ class Interruption(models.Model):
 
 
 class Checkpoint(models.Model):
-    Tier = models.TextChoices("Tier", [(t, t) for t in CHECKPOINT_TIERS])
+    TIERS = [(tier, tier) for tier in CHECKPOINT_TIERS]
 
     class Status(models.TextChoices):
         STARTED = "started"
@@ -194,7 +198,7 @@ class Checkpoint(models.Model):
     completed_at = models.DateTimeField(null=True, blank=True)
     durable_at = models.DateTimeField(null=True, blank=True, help_text="When the checkpoint could be restored from.")
     bytes = models.PositiveBigIntegerField(null=True, blank=True)
-    tier = models.CharField(max_length=10, choices=Tier.choices, blank=True)
+    tier = models.CharField(max_length=10, choices=TIERS, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.STARTED)
     failure_reason = models.CharField(max_length=1000, blank=True)
 
@@ -246,7 +250,9 @@ class ApiToken(models.Model):
 
     name = models.CharField(max_length=200, unique=True)
     digest = models.CharField(max_length=64, unique=True, editable=False)
-    hint = models.CharField(max_length=12, editable=False, help_text="The token's first characters, to tell tokens apart.")
+    hint = models.CharField(
+        max_length=12, editable=False, help_text="The token's first characters, to tell tokens apart."
+    )
     scopes = models.JSONField(default=list)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)

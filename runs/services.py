@@ -32,9 +32,7 @@ class IngestResult:
 def events_ingest(*, events: list[CloudEvent]) -> IngestResult:
     """Store new events durably and queue their application; repeats of stored events are skipped."""
     with transaction.atomic():
-        stored = set(
-            Event.objects.filter(event_id__in={e.id for e in events}).values_list("source", "event_id")
-        )
+        stored = set(Event.objects.filter(event_id__in={e.id for e in events}).values_list("source", "event_id"))
         new = [e for e in events if (e.source, e.id) not in stored]
         duplicates = [e for e in events if (e.source, e.id) in stored]
         rows = [_event_row(e) for e in new]
@@ -123,7 +121,12 @@ def _lock_subjects(events: list[Event]) -> None:
         list(Run.objects.select_for_update(no_key=True).filter(name__in=runs).order_by("name").values_list("pk"))
     if nodes:
         Node.objects.bulk_create([Node(hostname=name) for name in nodes], ignore_conflicts=True)
-        list(Node.objects.select_for_update(no_key=True).filter(hostname__in=nodes).order_by("hostname").values_list("pk"))
+        list(
+            Node.objects.select_for_update(no_key=True)
+            .filter(hostname__in=nodes)
+            .order_by("hostname")
+            .values_list("pk")
+        )
 
 
 def _run_locked(name: str) -> Run:
@@ -209,9 +212,7 @@ def _apply_checkpoint_failed(event: Event) -> None:
 
 def _apply_heartbeat(event: Event) -> None:
     node = _node(event.node_name, event.data.get("cluster"))
-    Node.objects.filter(pk=node.pk).filter(_newer("last_heartbeat_at", event.time)).update(
-        last_heartbeat_at=event.time
-    )
+    Node.objects.filter(pk=node.pk).filter(_newer("last_heartbeat_at", event.time)).update(last_heartbeat_at=event.time)
 
 
 def _apply_node_state(event: Event) -> None:
@@ -301,9 +302,7 @@ def run_lifecycle_rebuild(*, run: Run) -> None:
     run.checkpoint_interval_s = settings.get("checkpoint_interval_s", run.checkpoint_interval_s)
     run.save()
 
-    hostnames = {h for a in derived.attempts for h in a.nodes} | {
-        i.node for i in derived.interruptions if i.node
-    }
+    hostnames = {h for a in derived.attempts for h in a.nodes} | {i.node for i in derived.interruptions if i.node}
     nodes = {h: _node(h, settings.get("cluster")) for h in sorted(hostnames)}
     attempts = _sync_attempts(run, derived.attempts, nodes)
     _sync_interruptions(run, derived.interruptions, attempts, nodes)
@@ -381,9 +380,7 @@ def record_rebuild() -> int:
     with transaction.atomic():
         Run.objects.all().delete()
         GPU.objects.all().delete()
-        Node.objects.update(
-            state="in_service", state_reason="", state_changed_at=None, last_heartbeat_at=None
-        )
+        Node.objects.update(state="in_service", state_reason="", state_changed_at=None, last_heartbeat_at=None)
         Event.objects.update(applied_at=None, error="")
     ids = list(Event.objects.order_by("time", "id").values_list("id", flat=True))
     return events_apply(event_ids=ids)

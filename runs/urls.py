@@ -4,6 +4,6 @@ from . import views
 
 urlpatterns = [
     path("", views.overview, name="overview"),
-    path("runs/<str:name>", views.run_detail, name="run-detail"),
-    path("nodes/<str:hostname>", views.node_detail, name="node-detail"),
+    path("runs/<str:name>", views.run_detail, name="run-page"),
+    path("nodes/<str:hostname>", views.node_detail, name="node-page"),
 ]

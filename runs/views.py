@@ -16,7 +16,7 @@ def overview(request):
         state = ""
     context = {
         "clusters": selectors.node_states_by_cluster(),
-        "node_states": Node.State.choices,
+        "node_states": Node.STATES,
         "runs": selectors.runs_list(state=state),
         "run_states": Run.State.values,
         "state": state,

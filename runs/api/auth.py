@@ -1,6 +1,7 @@
 """Bearer-token authentication and scope permissions for the REST API."""
 
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
 from ..models import ApiToken
@@ -50,3 +51,17 @@ class ReadScope(_Scope):
 
 class EventsWriteScope(_Scope):
     scope = ApiToken.Scope.EVENTS_WRITE
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    """Tells the OpenAPI schema how BearerTokenAuthentication works."""
+
+    target_class = BearerTokenAuthentication
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API token from `manage.py create_api_token` or the admin; scopes events:write, read.",
+        }

@@ -17,8 +17,18 @@ class RunSerializer(serializers.ModelSerializer):
     class Meta:
         model = Run
         fields = [
-            "name", "cluster", "state", "gpu_count", "model_params", "checkpoint_interval_s",
-            "started_at", "ended_at", "last_step", "last_step_at", "attempts", "interruptions",
+            "name",
+            "cluster",
+            "state",
+            "gpu_count",
+            "model_params",
+            "checkpoint_interval_s",
+            "started_at",
+            "ended_at",
+            "last_step",
+            "last_step_at",
+            "attempts",
+            "interruptions",
         ]
 
 
@@ -43,9 +53,24 @@ class InterruptionSerializer(serializers.ModelSerializer):
     class Meta:
         model = Interruption
         fields = [
-            "number", "attempt", "fault_at", "detected_at", "running_at", "resumed_at", "resumed_from_step",
-            "cause", "cause_label", "cause_group", "planned", "reason", "node", "gpu", "xid",
-            "detection_s", "rescheduling_s", "reload_s",
+            "number",
+            "attempt",
+            "fault_at",
+            "detected_at",
+            "running_at",
+            "resumed_at",
+            "resumed_from_step",
+            "cause",
+            "cause_label",
+            "cause_group",
+            "planned",
+            "reason",
+            "node",
+            "gpu",
+            "xid",
+            "detection_s",
+            "rescheduling_s",
+            "reload_s",
         ]
 
     def get_cause_label(self, obj) -> str:
@@ -65,7 +90,14 @@ class CheckpointSerializer(serializers.ModelSerializer):
     class Meta:
         model = Checkpoint
         fields = [
-            "step", "status", "started_at", "blocking_s", "completed_at", "durable_at", "bytes", "tier",
+            "step",
+            "status",
+            "started_at",
+            "blocking_s",
+            "completed_at",
+            "durable_at",
+            "bytes",
+            "tier",
             "failure_reason",
         ]
 
@@ -76,8 +108,16 @@ class NodeSerializer(serializers.ModelSerializer):
     class Meta:
         model = Node
         fields = [
-            "hostname", "cluster", "state", "state_reason", "state_changed_at", "last_heartbeat_at",
-            "gpu_count", "gpu_model", "rack", "switch",
+            "hostname",
+            "cluster",
+            "state",
+            "state_reason",
+            "state_changed_at",
+            "last_heartbeat_at",
+            "gpu_count",
+            "gpu_model",
+            "rack",
+            "switch",
         ]
 
 

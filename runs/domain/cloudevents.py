@@ -14,6 +14,7 @@ from .taxonomy import Cause
 
 SPECVERSION = "1.0"
 NODE_STATES = ("in_service", "suspect", "cordoned", "draining", "in_repair", "burn_in", "hot_spare", "retired")
+NODE_STATE_CHOICES = [(state, state.replace("_", " ")) for state in NODE_STATES]
 CHECKPOINT_TIERS = ("memory", "local", "durable")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
@@ -56,7 +57,9 @@ def _str(value: Any) -> str:
 
 def _name(value: Any) -> str:
     if not isinstance(value, str) or not _NAME.match(value):
-        raise _Invalid("must be 1-200 characters of letters, digits, '.', '_', ':' or '-', starting with a letter or digit")
+        raise _Invalid(
+            "must be 1-200 characters of letters, digits, '.', '_', ':' or '-', starting with a letter or digit"
+        )
     return value
 
 

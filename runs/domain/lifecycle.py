@@ -13,6 +13,7 @@ from datetime import datetime
 from .cloudevents import parse_time
 from .taxonomy import infer_cause
 
+RUN_STATES = ("pending", "running", "restarting", "completed", "cancelled")
 LIFECYCLE_TYPES = ("run.started", "run.failed", "run.restored", "run.completed", "run.cancelled")
 # At the same instant an attempt ends before the next one starts, and starts before it restores.
 _RANK = {"run.failed": 0, "run.completed": 0, "run.cancelled": 0, "run.started": 1, "run.restored": 2}
@@ -108,7 +109,11 @@ def derive(events: list[LifecycleEvent]) -> Lifecycle:
             restarted = next(
                 (i for i in reversed(interruptions) if i.running_at is not None and i.resumed_at is None), None
             )
-            if restarted is not None and open_attempt is not None and restarted.restart_attempt_number == open_attempt.number:
+            if (
+                restarted is not None
+                and open_attempt is not None
+                and restarted.restart_attempt_number == open_attempt.number
+            ):
                 restarted.resumed_at = at
                 restarted.resumed_from_step = data["from_step"]
         else:  # run.completed, run.cancelled

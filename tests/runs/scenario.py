@@ -27,16 +27,23 @@ def failure_and_restart() -> list[dict]:
     def add(type_, when, **data):
         e.append(event(type_, when, f"ev-{len(e):03d}", **data))
 
-    add("run.started", at(0), run="r1", cluster="c1", gpus=16, nodes=["n1", "n2"], job_id="100",
-        checkpoint_interval_s=1800)
+    add(
+        "run.started",
+        at(0),
+        run="r1",
+        cluster="c1",
+        gpus=16,
+        nodes=["n1", "n2"],
+        job_id="100",
+        checkpoint_interval_s=1800,
+    )
     for step in (1, 2, 3):
         add("run.step", at(10 * step), run="r1", step=step)
     add("checkpoint.started", at(30), run="r1", step=3)
     add("checkpoint.completed", at(30, 20), run="r1", step=3, blocking_s=20.0, bytes=10**12, tier="durable")
     add("run.step", at(40), run="r1", step=4)
     add("gpu.xid", at(45), node="n2", gpu=3, xid=79, message="GPU has fallen off the bus")
-    add("run.failed", at(45), run="r1", reason="GPU fell off the bus", node="n2", gpu=3, xid=79,
-        detected_at=ts(at(46)))
+    add("run.failed", at(45), run="r1", reason="GPU fell off the bus", node="n2", gpu=3, xid=79, detected_at=ts(at(46)))
     add("node.state", at(47), node="n2", state="cordoned", reason="Xid 79")
     add("run.started", at(55), run="r1", cluster="c1", gpus=16, nodes=["n1", "n3"], job_id="101")
     add("run.restored", at(58), run="r1", from_step=3)
@@ -58,24 +65,79 @@ def record_snapshot() -> dict:
 
     snapshot = {
         "clusters": rows(Cluster.objects.order_by("name"), "name", "scheduler"),
-        "nodes": rows(Node.objects.order_by("hostname"), "hostname", "cluster__name", "state", "state_reason",
-                      "state_changed_at", "last_heartbeat_at"),
-        "gpus": rows(GPU.objects.order_by("node__hostname", "index"), "node__hostname", "index", "xid_count",
-                     "last_xid", "last_xid_at", "ecc_corrected", "temperature_c"),
-        "runs": rows(Run.objects.order_by("name"), "name", "cluster__name", "state", "gpu_count", "started_at",
-                     "ended_at", "last_step", "last_step_at", "checkpoint_interval_s"),
+        "nodes": rows(
+            Node.objects.order_by("hostname"),
+            "hostname",
+            "cluster__name",
+            "state",
+            "state_reason",
+            "state_changed_at",
+            "last_heartbeat_at",
+        ),
+        "gpus": rows(
+            GPU.objects.order_by("node__hostname", "index"),
+            "node__hostname",
+            "index",
+            "xid_count",
+            "last_xid",
+            "last_xid_at",
+            "ecc_corrected",
+            "temperature_c",
+        ),
+        "runs": rows(
+            Run.objects.order_by("name"),
+            "name",
+            "cluster__name",
+            "state",
+            "gpu_count",
+            "started_at",
+            "ended_at",
+            "last_step",
+            "last_step_at",
+            "checkpoint_interval_s",
+        ),
         "attempts": [
-            [a.run.name, a.number, a.job_id, a.started_at, a.ended_at, a.end_reason, a.resumed_from_step,
-             sorted(n.hostname for n in a.nodes.all())]
+            [
+                a.run.name,
+                a.number,
+                a.job_id,
+                a.started_at,
+                a.ended_at,
+                a.end_reason,
+                a.resumed_from_step,
+                sorted(n.hostname for n in a.nodes.all()),
+            ]
             for a in Attempt.objects.select_related("run").prefetch_related("nodes").order_by("run__name", "number")
         ],
         "interruptions": rows(
-            Interruption.objects.order_by("run__name", "number"), "run__name", "number", "attempt__number",
-            "fault_at", "detected_at", "running_at", "resumed_at", "resumed_from_step", "cause", "planned",
-            "reason", "node__hostname", "gpu__index", "xid",
+            Interruption.objects.order_by("run__name", "number"),
+            "run__name",
+            "number",
+            "attempt__number",
+            "fault_at",
+            "detected_at",
+            "running_at",
+            "resumed_at",
+            "resumed_from_step",
+            "cause",
+            "planned",
+            "reason",
+            "node__hostname",
+            "gpu__index",
+            "xid",
         ),
-        "checkpoints": rows(Checkpoint.objects.order_by("run__name", "step"), "run__name", "step", "status",
-                            "started_at", "blocking_s", "completed_at", "durable_at", "bytes", "tier"),
+        "checkpoints": rows(
+            Checkpoint.objects.order_by("run__name", "step"),
+            "run__name",
+            "step",
+            "status",
+            "started_at",
+            "blocking_s",
+            "completed_at",
+            "durable_at",
+            "bytes",
+            "tier",
+        ),
     }
     return json.loads(json.dumps(snapshot, default=str))
 
@@ -106,8 +168,9 @@ def assert_failure_and_restart_record() -> None:
     assert (interruption.cause, interruption.planned, interruption.xid) == ("faulty_gpu", False, 79)
     assert (interruption.node.hostname, interruption.gpu.index) == ("n2", 3)
 
-    checkpoints = list(run.checkpoints.order_by("step").values_list("step", "status", "started_at", "blocking_s",
-                                                                    "durable_at", "tier"))
+    checkpoints = list(
+        run.checkpoints.order_by("step").values_list("step", "status", "started_at", "blocking_s", "durable_at", "tier")
+    )
     assert checkpoints == [
         (3, "completed", at(30), 20.0, at(30, 20), "durable"),
         (6, "completed", at(88), 15.0, at(88, 15), "durable"),

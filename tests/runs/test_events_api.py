@@ -160,8 +160,9 @@ def test_it_rejects_a_too_large_body_with_413(writer):
 
 def test_it_rejects_a_bad_token_with_401(client, db):
     before = counts()
-    response = client.post(URL, json.dumps(failure_and_restart()), content_type=BATCH,
-                           HTTP_AUTHORIZATION="Bearer fo_not-a-real-token")
+    response = client.post(
+        URL, json.dumps(failure_and_restart()), content_type=BATCH, HTTP_AUTHORIZATION="Bearer fo_not-a-real-token"
+    )
     assert response.status_code == 401
     assert response.json()["detail"] == "Unknown or revoked API token."
     assert response.headers["WWW-Authenticate"] == "Bearer"

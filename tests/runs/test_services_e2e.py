@@ -48,9 +48,26 @@ def worker(postgres):
     queue = settings.CELERY_TASK_DEFAULT_QUEUE
     celery_app.control.purge()
     process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "fleetops", "worker", "--pool=solo", "--without-gossip",
-         "--without-mingle", "--without-heartbeat", "--loglevel=INFO", "-Q", queue],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "fleetops",
+            "worker",
+            "--pool=solo",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "--loglevel=INFO",
+            "-Q",
+            queue,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     lines: list[str] = []
     ready = threading.Event()

@@ -1,0 +1,76 @@
+"""Management commands: create_api_token, load_demo, rebuild_record, apply_pending_events."""
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from rest_framework.test import APIClient
+
+from runs.models import ApiToken, Event, Interruption, Run
+from tests.runs.scenario import record_snapshot
+
+
+def run(*args) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+def test_create_api_token_prints_a_token_that_works_and_stores_only_its_hash(db):
+    token = run("create_api_token", "slurm-prolog", "--scopes", "events:write,read").strip()
+    row = ApiToken.objects.get(name="slurm-prolog")
+    assert token.startswith("fo_") and token not in (row.digest, row.hint) and row.digest == ApiToken.digest_of(token)
+    assert row.scopes == ["events:write", "read"]
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert client.get("/api/v1/runs").status_code == 200
+    assert ApiToken.objects.get(pk=row.pk).last_used_at is not None
+
+
+def test_create_api_token_refuses_unknown_scopes_and_repeated_names(db):
+    with pytest.raises(CommandError, match="unknown scope"):
+        run("create_api_token", "x", "--scopes", "admin")
+    run("create_api_token", "x")
+    with pytest.raises(CommandError, match="exists already"):
+        run("create_api_token", "x")
+
+
+def test_load_demo_goes_through_the_intake_and_prints_a_login(
+    db, django_user_model, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        out = run("load_demo", "--login")
+    assert "Demo login: demo / " in out
+    password = out.split("Demo login: demo / ")[1].split()[0]
+    assert django_user_model.objects.get(username="demo").check_password(password)
+    assert Event.objects.filter(source="fleetops/demo", applied_at__isnull=False).count() == Event.objects.count() > 100
+    pretrain = Run.objects.get(name="llama3-8b-pretrain")
+    assert pretrain.state == "running" and pretrain.attempts.count() == 5
+    assert Interruption.objects.filter(run=pretrain, planned=True).count() == 1
+    assert Interruption.objects.filter(run=pretrain, resumed_at__isnull=True).count() == 0
+    assert Run.objects.get(name="mixtral-sft").state == "completed"
+
+    with django_capture_on_commit_callbacks(execute=True):
+        again = run("load_demo")
+    assert "0 events stored" in again
+
+
+def test_rebuild_record_gives_the_same_record(writer, django_capture_on_commit_callbacks):
+    from tests.runs.scenario import failure_and_restart
+
+    with django_capture_on_commit_callbacks(execute=True):
+        writer.post("/api/v1/events", json.dumps(failure_and_restart()), content_type="application/json")
+    before = record_snapshot()
+    assert run("rebuild_record").strip() == "Applied 19 events."
+    assert record_snapshot() == before
+
+
+def test_apply_pending_events_applies_what_no_task_did(writer):
+    from tests.runs.scenario import failure_and_restart
+
+    # Without capturing on-commit callbacks the queued task never runs: the events wait, unapplied.
+    writer.post("/api/v1/events", json.dumps(failure_and_restart()), content_type="application/json")
+    assert Event.objects.filter(applied_at__isnull=True).count() == 19 and not Run.objects.exists()
+    assert run("apply_pending_events").strip() == "Applied 19 events."
+    assert Run.objects.get(name="r1").state == "completed"

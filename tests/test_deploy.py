@@ -1,0 +1,32 @@
+"""Production settings: `check --deploy` is clean, and a missing SECRET_KEY stops the process."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PRODUCTION = {
+    "DEBUG": "false",
+    "SECRET_KEY": "k" * 20 + "-production-secret-of-sufficient-length-and-variety-9f3a",
+    "ALLOWED_HOSTS": "fleetops.example.com",
+}
+
+
+def manage(*args, env):
+    clean = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS")}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_check_deploy_reports_nothing_above_info():
+    result = manage("check", "--deploy", "--fail-level", "WARNING", env=PRODUCTION)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout
+
+
+def test_production_refuses_to_start_without_a_secret_key():
+    env = {k: v for k, v in PRODUCTION.items() if k != "SECRET_KEY"}
+    result = manage("check", env=env)
+    assert result.returncode != 0 and "SECRET_KEY" in result.stderr
