@@ -137,6 +137,8 @@ def _training_run(stream, rng, *, name, nodes, spares, start, end, faults, compl
             stream.add("run.restored", at, run=name, from_step=last_checkpoint)
             step = last_checkpoint
             continue
+        if at + timedelta(seconds=step_s) > end:
+            break
         at += timedelta(seconds=step_s)
         step += 1
         stream.add("run.step", at, run=name, step=step)

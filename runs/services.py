@@ -116,17 +116,17 @@ def _lock_subjects(events: list[Event]) -> None:
     """
     runs = sorted({e.run_name for e in events if e.run_name})
     nodes = sorted({e.node_name for e in events if e.node_name} | {h for e in events for h in e.data.get("nodes", [])})
-    if runs:
-        Run.objects.bulk_create([Run(name=name) for name in runs], ignore_conflicts=True)
-        list(Run.objects.select_for_update(no_key=True).filter(name__in=runs).order_by("name").values_list("pk"))
-    if nodes:
-        Node.objects.bulk_create([Node(hostname=name) for name in nodes], ignore_conflicts=True)
-        list(
-            Node.objects.select_for_update(no_key=True)
-            .filter(hostname__in=nodes)
-            .order_by("hostname")
-            .values_list("pk")
-        )
+    _create_missing(Run, "name", runs)
+    _create_missing(Node, "hostname", nodes)
+    list(Run.objects.select_for_update(no_key=True).filter(name__in=runs).order_by("name").values_list("pk"))
+    list(Node.objects.select_for_update(no_key=True).filter(hostname__in=nodes).order_by("hostname").values_list("pk"))
+
+
+def _create_missing(model, field: str, names: list[str]) -> None:
+    missing = set(names) - set(model.objects.filter(**{f"{field}__in": names}).values_list(field, flat=True))
+    if missing:
+        # ignore_conflicts: a concurrent worker may create the same row between the read and the insert.
+        model.objects.bulk_create([model(**{field: name}) for name in sorted(missing)], ignore_conflicts=True)
 
 
 def _run_locked(name: str) -> Run:
