@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Q
 
-from .models import Cluster, Event, Node, Run
+from .models import Cluster, Event, Interruption, Node, Run
 
 
 @dataclass(frozen=True)
@@ -46,3 +46,7 @@ def events_pending_count() -> int:
 
 def node_recent_events(*, node: Node, limit: int = 50) -> list[Event]:
     return list(Event.objects.filter(node_name=node.hostname).order_by("-time", "-id")[:limit])
+
+
+def interruptions_recent(*, limit: int = 10) -> list[Interruption]:
+    return list(Interruption.objects.select_related("run", "node", "gpu").order_by("-fault_at")[:limit])

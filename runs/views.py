@@ -21,6 +21,7 @@ def overview(request):
         "run_states": Run.State.values,
         "state": state,
         "pending_events": selectors.events_pending_count(),
+        "interruptions": selectors.interruptions_recent(),
     }
     template = "runs/overview.html#run-table" if request.htmx else "runs/overview.html"
     return render(request, template, context)

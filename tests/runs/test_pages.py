@@ -38,6 +38,7 @@ def test_the_overview_shows_clusters_nodes_by_state_and_runs(oncall, record):
     assert "cordoned</span> 1" in html and "in service</span> 2" in html
     assert 'href="/runs/r1"' in html and "run-completed" in html
     assert "/static/vendor/htmx-2.0.11.min.js" in html
+    assert 'id="recent-interruptions"' in html and "Faulty GPU" in html and "13 min 00 s" in html
 
 
 def test_the_overview_answers_htmx_with_the_run_table_only(oncall, record):
