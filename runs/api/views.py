@@ -5,7 +5,7 @@ from django.conf import settings
 from django.db.models import Count
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import parsers, status, viewsets
+from rest_framework import exceptions, parsers, status, viewsets
 from rest_framework.decorators import action, api_view, parser_classes, permission_classes
 from rest_framework.response import Response
 
@@ -43,7 +43,9 @@ class CloudEventsBatchParser(parsers.JSONParser):
 @parser_classes([parsers.JSONParser, CloudEventsParser, CloudEventsBatchParser])
 def events_create(request):
     length = request.META.get("CONTENT_LENGTH") or "0"
-    if not length.isdigit() or int(length) > settings.EVENTS_MAX_BODY_BYTES:
+    if not length.isdigit():
+        raise exceptions.ParseError("Content-Length must be a whole number of bytes.")
+    if int(length) > settings.EVENTS_MAX_BODY_BYTES:
         raise PayloadTooLarge(f"Request body is over the limit of {settings.EVENTS_MAX_BODY_BYTES} bytes.")
     events, problems = parse_events(request.data, max_batch=settings.EVENTS_MAX_BATCH)
     if problems:

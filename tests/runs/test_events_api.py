@@ -197,3 +197,8 @@ def test_it_refuses_other_content_types(writer):
     response = writer.post(URL, "run=r1", content_type="text/plain")
     assert response.status_code == 415
     assert Event.objects.count() == 0
+
+
+def test_it_rejects_a_bad_content_length(writer):
+    response = writer.generic("POST", URL, b"[]", content_type=BATCH, CONTENT_LENGTH="lots")
+    assert response.status_code == 400 and "Content-Length" in response.json()["detail"]

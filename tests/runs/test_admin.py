@@ -1,0 +1,37 @@
+"""The admin: API tokens created there are shown once and work; the event log is read-only."""
+
+import re
+
+import pytest
+from rest_framework.test import APIClient
+
+from runs.models import ApiToken, Event
+
+
+@pytest.fixture
+def admin(client, django_user_model):
+    client.force_login(django_user_model.objects.create_superuser("admin", "admin@example.com", "pw-admin-123"))
+    return client
+
+
+def test_it_creates_a_token_and_shows_it_once(admin):
+    response = admin.post(
+        "/admin/runs/apitoken/add/", {"name": "dcgm-exporter", "scopes": '["events:write"]'}, follow=True
+    )
+    assert response.status_code == 200
+    (token,) = re.findall(r"copy it now\): (fo_[\w-]+)", response.content.decode())
+    row = ApiToken.objects.get(name="dcgm-exporter")
+    assert row.digest == ApiToken.digest_of(token) and row.scopes == ["events:write"]
+    assert token not in admin.get(f"/admin/runs/apitoken/{row.pk}/change/").content.decode()
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert api.get("/api/v1/runs").status_code == 403  # events:write only
+
+
+def test_the_event_log_cannot_be_changed_from_the_admin(admin):
+    event = Event.objects.create(
+        source="s", event_id="1", type="node.heartbeat", time="2026-03-01T00:00:00Z", data={"node": "n1"}
+    )
+    assert admin.get("/admin/runs/event/add/").status_code == 403
+    assert admin.post(f"/admin/runs/event/{event.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert admin.get(f"/admin/runs/event/{event.pk}/change/").status_code == 200  # view only
