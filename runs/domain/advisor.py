@@ -1,0 +1,260 @@
+"""The checkpoint advisor: how often to checkpoint, what it costs, and the failure rate it rests on.
+
+DOMAIN.md section 3. Pure: no Django import, standard library only (the chi-square quantile is computed
+here rather than taken from scipy, which the project does not depend on).
+
+Symbols: delta = blocking checkpoint cost, M = job MTBF, R = restart cost (detection + rescheduling +
+reload), tau = checkpoint interval. All are seconds; waste and goodput are fractions of wall-clock time;
+failure rates are per GPU-hour.
+"""
+
+import math
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+_GOLDEN = (math.sqrt(5) - 1) / 2
+
+
+def young(*, delta_s: float, mtbf_s: float) -> float:
+    """Young's interval sqrt(2 delta M), seconds."""
+    return math.sqrt(2 * delta_s * mtbf_s)
+
+
+def daly(*, delta_s: float, mtbf_s: float) -> float:
+    """Daly's higher-order interval, seconds; M itself once a write costs 2M or more.
+
+    R does not appear: in Daly's model the restart cost shifts the waste but not where its minimum lies.
+    """
+    if delta_s >= 2 * mtbf_s:
+        return mtbf_s
+    ratio = delta_s / (2 * mtbf_s)
+    return young(delta_s=delta_s, mtbf_s=mtbf_s) * (1 + math.sqrt(ratio) / 3 + ratio / 9) - delta_s
+
+
+def waste(tau_s: float, *, delta_s: float, mtbf_s: float, restart_s: float) -> float:
+    """First-order expected waste fraction W(tau) = delta/tau + (tau/2 + R)/M."""
+    return delta_s / tau_s + (tau_s / 2 + restart_s) / mtbf_s
+
+
+def floor(*, delta_s: float, mtbf_s: float, restart_s: float) -> float:
+    """The least waste any interval can reach: sqrt(2 delta/M) + R/M (a fraction)."""
+    return math.sqrt(2 * delta_s / mtbf_s) + restart_s / mtbf_s
+
+
+def goodput_at_interval(tau_s: float, *, delta_s: float, mtbf_s: float, restart_s: float) -> float:
+    """Expected goodput 1 - W(tau), clipped to [0, 1]."""
+    return min(max(1 - waste(tau_s, delta_s=delta_s, mtbf_s=mtbf_s, restart_s=restart_s), 0.0), 1.0)
+
+
+def optimum(*, delta_s: float, mtbf_s: float, restart_s: float) -> tuple[float, float]:
+    """(interval seconds, waste) at the numeric minimum of W, found by golden-section search on log tau.
+
+    W is convex in log tau, so the search cannot stop on a false minimum. It lands on Young's interval for
+    this first-order W; it is kept numeric so that a richer waste model can replace W without a new formula.
+    """
+    _require_positive(delta_s=delta_s, mtbf_s=mtbf_s)
+    centre = math.log(young(delta_s=delta_s, mtbf_s=mtbf_s))
+
+    def cost(log_tau: float) -> float:
+        return waste(math.exp(log_tau), delta_s=delta_s, mtbf_s=mtbf_s, restart_s=restart_s)
+
+    lo, hi = centre - 10.0, centre + 10.0
+    while hi - lo > 1e-12:
+        left, right = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
+        if cost(left) < cost(right):
+            hi = right
+        else:
+            lo = left
+    tau = math.exp((lo + hi) / 2)
+    return tau, waste(tau, delta_s=delta_s, mtbf_s=mtbf_s, restart_s=restart_s)
+
+
+def curve(
+    *, delta_s: float, mtbf_s: float, restart_s: float, points: int = 41, span: float = 10.0
+) -> list[tuple[float, float]]:
+    """(interval seconds, waste) on a log-spaced grid from optimum/span to optimum*span.
+
+    An odd number of points puts the optimum itself in the middle of the grid.
+    """
+    if points < 2 or span <= 1:
+        raise ValueError("a curve needs at least 2 points and a span above 1")
+    best, _ = optimum(delta_s=delta_s, mtbf_s=mtbf_s, restart_s=restart_s)
+    lo, hi = math.log(best / span), math.log(best * span)
+    taus = [math.exp(lo + (hi - lo) * i / (points - 1)) for i in range(points)]
+    return [(tau, waste(tau, delta_s=delta_s, mtbf_s=mtbf_s, restart_s=restart_s)) for tau in taus]
+
+
+@dataclass(frozen=True)
+class FrontPoint:
+    """One checkpoint strategy at its best interval."""
+
+    delta_s: float
+    restart_s: float
+    interval_s: float
+    waste: float
+
+
+def pareto_front(
+    *, write_costs_s: Iterable[float | tuple[float, float]], mtbf_s: float, restart_s: float
+) -> list[FrontPoint]:
+    """Candidate strategies at their optimal interval, keeping only the non-dominated ones, by interval.
+
+    A candidate is a write cost delta, or a (delta, R) pair for a strategy that also changes the restart
+    cost (in-memory or peer checkpoints restore faster); a bare delta uses restart_s. The trade-off is
+    waste against how often a checkpoint is written (storage traffic): a point is dominated when another
+    writes no more often and wastes no more, and is strictly better in one. With one R, a smaller delta
+    always means a shorter interval and less waste, so all distinct candidates stay on the front.
+    """
+    points = set()
+    for candidate in write_costs_s:
+        delta, restart = candidate if isinstance(candidate, tuple) else (candidate, restart_s)
+        interval, least = optimum(delta_s=delta, mtbf_s=mtbf_s, restart_s=restart)
+        points.add(FrontPoint(delta, restart, interval, least))
+    front: list[FrontPoint] = []
+    # Longest interval first: a point survives only if it wastes less than every point that writes less often.
+    for point in sorted(points, key=lambda p: (-p.interval_s, p.waste)):
+        if not front or point.waste < front[-1].waste:
+            front.append(point)
+    return front[::-1]
+
+
+# -- failure rate with a confidence interval --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RateEstimate:
+    """Failures per GPU-hour: the point estimate and its two-sided confidence interval."""
+
+    failures: int
+    gpu_hours: float
+    confidence: float
+    rate: float
+    lower: float
+    upper: float
+
+    @property
+    def mtbf_gpu_hours(self) -> float:
+        """Per-GPU MTBF in GPU-hours (infinite with no failure seen)."""
+        return math.inf if self.rate == 0 else 1 / self.rate
+
+
+def failure_rate(*, failures: int, gpu_hours: float, confidence: float = 0.90) -> RateEstimate:
+    """lambda = k/T per GPU-hour, with the exact (Garwood) Poisson interval from chi-square quantiles.
+
+    lower = chi2(alpha/2; 2k) / 2T (0 when k = 0), upper = chi2(1 - alpha/2; 2k + 2) / 2T.
+    """
+    if failures < 0 or gpu_hours <= 0 or not 0 < confidence < 1:
+        raise ValueError("need failures >= 0, gpu_hours > 0 and 0 < confidence < 1")
+    alpha = 1 - confidence
+    lower = chi2_ppf(alpha / 2, 2 * failures) / (2 * gpu_hours) if failures else 0.0
+    upper = chi2_ppf(1 - alpha / 2, 2 * failures + 2) / (2 * gpu_hours)
+    return RateEstimate(failures, gpu_hours, confidence, failures / gpu_hours, lower, upper)
+
+
+def job_mtbf_s(*, rate_per_gpu_hour: float, gpus: int) -> float:
+    """A job's MTBF in seconds, 1 / (N lambda): failures on any of its GPUs stop it. Infinite at rate 0."""
+    exposure = rate_per_gpu_hour * gpus
+    return math.inf if exposure <= 0 else 3600 / exposure
+
+
+def job_mtbf_range_s(*, estimate: RateEstimate, gpus: int) -> tuple[float, float]:
+    """(shortest, longest) job MTBF in seconds over the rate's confidence interval."""
+    return job_mtbf_s(rate_per_gpu_hour=estimate.upper, gpus=gpus), job_mtbf_s(
+        rate_per_gpu_hour=estimate.lower, gpus=gpus
+    )
+
+
+def chi2_cdf(x: float, dof: float) -> float:
+    """P(X <= x) for a chi-square variable with dof degrees of freedom."""
+    return _gamma_p(dof / 2, x / 2)
+
+
+def chi2_ppf(p: float, dof: float) -> float:
+    """The chi-square quantile: the x with chi2_cdf(x, dof) == p, by bisection (relative precision 1e-13)."""
+    if dof <= 0 or not 0 <= p <= 1:
+        raise ValueError("need dof > 0 and 0 <= p <= 1")
+    if p == 0:
+        return 0.0
+    if p == 1:
+        return math.inf
+    lo, hi = 0.0, max(1.0, float(dof))
+    while chi2_cdf(hi, dof) < p:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1e-13 * hi:
+        mid = (lo + hi) / 2
+        if chi2_cdf(mid, dof) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def _gamma_p(a: float, x: float) -> float:
+    """Regularized lower incomplete gamma P(a, x): series below a + 1, continued fraction above.
+
+    Numerical Recipes' split: each form converges fast on its side (in about sqrt(a) terms near x = a).
+    """
+    if x <= 0:
+        return 0.0
+    log_prefix = -x + a * math.log(x) - math.lgamma(a)
+    if x < a + 1:
+        return _gamma_series(a, x) * math.exp(log_prefix)
+    return 1 - _gamma_fraction(a, x) * math.exp(log_prefix)
+
+
+def _gamma_series(a: float, x: float) -> float:
+    term = total = 1 / a
+    n = a
+    while abs(term) > abs(total) * 1e-16:
+        n += 1
+        term *= x / n
+        total += term
+    return total
+
+
+def _gamma_fraction(a: float, x: float) -> float:
+    """The continued fraction for Q(a, x) without its prefix, by the modified Lentz method."""
+    tiny = 1e-300
+    b = x + 1 - a
+    c, d = 1 / tiny, 1 / b
+    result = d
+    for i in range(1, 100_000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1 / d
+        result *= d * c
+        if abs(d * c - 1) < 1e-16:
+            break
+    return result
+
+
+# -- inputs from measurements ------------------------------------------------------------------------------
+
+
+def write_cost_s(blocking_s: Iterable[float | None], *, override: float | None = None) -> float | None:
+    """delta for the advisor: the override if given, else the median measured blocking time (None if none)."""
+    return _median_or(blocking_s, override=override)
+
+
+def restart_cost_s(restarts_s: Iterable[float | None], *, override: float | None = None) -> float | None:
+    """R for the advisor: the override if given, else the median measured restart time (None if none)."""
+    return _median_or(restarts_s, override=override)
+
+
+def _median_or(values: Iterable[float | None], *, override: float | None) -> float | None:
+    # A median, not a mean: one restart that waited hours for manual triage should not set the policy.
+    if override is not None:
+        return override
+    known = [v for v in values if v is not None and not math.isnan(v)]
+    return statistics.median(known) if known else None
+
+
+def _require_positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0:
+            raise ValueError(f"{name} must be positive, got {value}")
