@@ -1,9 +1,11 @@
 """Reads of the fleet record for pages and the API."""
 
 from dataclasses import dataclass
+from datetime import date, datetime, timedelta
 
 from django.db.models import Count, Q
 
+from .domain import advisor, goodput
 from .models import Cluster, Event, Interruption, Node, Run
 
 
@@ -50,3 +52,139 @@ def node_recent_events(*, node: Node, limit: int = 50) -> list[Event]:
 
 def interruptions_recent(*, limit: int = 10) -> list[Interruption]:
     return list(Interruption.objects.select_related("run", "node", "gpu").order_by("-fault_at")[:limit])
+
+
+# --- Goodput and advice: rows fetched with values_list, the maths done by runs/domain ---
+
+
+def run_timeline_get(*, run: Run) -> goodput.RunTimeline:
+    """The run as the goodput engine sees it: its span, its interruptions and its checkpoints' blocking."""
+    interruptions = tuple(
+        goodput.InterruptionSpan(*row)
+        for row in run.interruptions.values_list(
+            "fault_at", "detected_at", "running_at", "resumed_at", "resumed_from_step", "planned", "cause"
+        )
+    )
+    checkpoints = tuple(
+        goodput.CheckpointSpan(step, started_at or completed_at - timedelta(seconds=blocking_s), blocking_s)
+        for step, started_at, completed_at, blocking_s in run.checkpoints.filter(blocking_s__isnull=False)
+        .exclude(started_at__isnull=True, completed_at__isnull=True)
+        .values_list("step", "started_at", "completed_at", "blocking_s")
+    )
+    return goodput.RunTimeline(run.started_at, run.ended_at, run.gpu_count, interruptions, checkpoints)
+
+
+@dataclass(frozen=True)
+class GoodputReport:
+    since: datetime
+    until: datetime
+    total: goodput.Breakdown  # seconds for a run, GPU-seconds for the fleet
+    daily: list[tuple[date, goodput.Breakdown]]
+
+
+def run_goodput_get(*, run: Run, since: datetime | None, until: datetime | None, now: datetime) -> GoodputReport:
+    """The run's breakdown over [since, until), by default its whole life up to now."""
+    since = since or run.started_at or now
+    until = until or run.ended_at or now
+    timeline = run_timeline_get(run=run) if run.started_at else None
+    if timeline is None or until <= since:
+        return GoodputReport(since, max(until, since), goodput.Breakdown(), [])
+    total = goodput.breakdown(timeline, since=since, until=until, now=now)
+    return GoodputReport(since, until, total, goodput.daily(timeline, since=since, until=until, now=now))
+
+
+def runs_in_window(*, since: datetime, until: datetime) -> list[Run]:
+    return list(
+        Run.objects.filter(started_at__lt=until)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=since))
+        .order_by("name")
+    )
+
+
+@dataclass(frozen=True)
+class FleetReport(GoodputReport):
+    by_run: list[tuple[Run, goodput.Breakdown]]  # each in its own seconds (not weighted)
+    lost_by_cause: dict[str, float]  # GPU-hours lost to interruptions whose fault is in the window
+
+
+def fleet_goodput_get(*, since: datetime, until: datetime, now: datetime) -> FleetReport:
+    """Every run that overlaps [since, until), weighted by GPU-hours."""
+    total, by_day, by_run, lost = goodput.Breakdown(), {}, [], {}
+    for run in runs_in_window(since=since, until=until):
+        timeline = run_timeline_get(run=run)
+        run_total = goodput.breakdown(timeline, since=since, until=until, now=now)
+        by_run.append((run, run_total))
+        total += run_total.weighted(run.gpu_count)
+        for day, breakdown in goodput.daily(timeline, since=since, until=until, now=now):
+            by_day[day] = by_day.get(day, goodput.Breakdown()) + breakdown.weighted(run.gpu_count)
+        for cost in goodput.interruption_costs(timeline, now=now):
+            if since <= cost.fault_at < until:
+                lost[cost.cause] = lost.get(cost.cause, 0.0) + cost.gpu_hours
+    return FleetReport(since, until, total, sorted(by_day.items()), by_run, lost)
+
+
+def fleet_failure_rate_get(*, now: datetime, confidence: float = 0.90) -> advisor.RateEstimate | None:
+    """Per-GPU failure rate from the whole record: unexpected interruptions / GPU-hours run (None if no time)."""
+    gpu_hours = 0.0
+    for gpus, started_at, ended_at in Run.objects.filter(started_at__isnull=False).values_list(
+        "gpu_count", "started_at", "ended_at"
+    ):
+        gpu_hours += gpus * ((ended_at or now) - started_at).total_seconds() / 3600
+    if gpu_hours <= 0:
+        return None
+    failures = Interruption.objects.filter(planned=False).count()
+    return advisor.failure_rate(failures=failures, gpu_hours=gpu_hours, confidence=confidence)
+
+
+@dataclass(frozen=True)
+class AdviceInputs:
+    """delta, M and R for one run, each with where it came from ('record', 'override' or None if unknown)."""
+
+    delta_s: float | None
+    mtbf_s: float | None
+    restart_s: float | None
+    current_s: float | None
+    sources: dict[str, str | None]
+    rate: advisor.RateEstimate | None
+    mtbf_range_s: tuple[float, float] | None
+
+    @property
+    def missing(self) -> list[str]:
+        return [name for name in ("delta_s", "mtbf_s", "restart_s") if getattr(self, name) is None]
+
+
+def run_advice_inputs_get(
+    *,
+    run: Run,
+    now: datetime,
+    delta_s: float | None = None,
+    mtbf_s: float | None = None,
+    restart_s: float | None = None,
+) -> AdviceInputs:
+    """delta = the run's median blocking write; R = its median fault-to-training-again time; M = the fleet's
+    per-GPU failure rate scaled to the run's GPUs. Any of them can be overridden."""
+    blocking = run.checkpoints.filter(blocking_s__isnull=False).values_list("blocking_s", flat=True)
+    restarts = [
+        (resumed - fault).total_seconds()
+        for fault, resumed in run.interruptions.filter(planned=False, resumed_at__isnull=False).values_list(
+            "fault_at", "resumed_at"
+        )
+    ]
+    rate = fleet_failure_rate_get(now=now)
+    measured_mtbf, mtbf_range = None, None
+    if rate is not None and rate.failures and run.gpu_count:
+        measured_mtbf = advisor.job_mtbf_s(rate_per_gpu_hour=rate.rate, gpus=run.gpu_count)
+        mtbf_range = advisor.job_mtbf_range_s(estimate=rate, gpus=run.gpu_count)
+    values = {
+        "delta_s": advisor.write_cost_s(blocking, override=delta_s),
+        "mtbf_s": mtbf_s if mtbf_s is not None else measured_mtbf,
+        "restart_s": advisor.restart_cost_s(restarts, override=restart_s),
+    }
+    overrides = {"delta_s": delta_s, "mtbf_s": mtbf_s, "restart_s": restart_s}
+    sources = {
+        name: ("override" if overrides[name] is not None else "record" if value is not None else None)
+        for name, value in values.items()
+    }
+    return AdviceInputs(
+        **values, current_s=run.checkpoint_interval_s, sources=sources, rate=rate, mtbf_range_s=mtbf_range
+    )

@@ -2,7 +2,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
-from . import views
+from . import goodput, views
 
 router = SimpleRouter(trailing_slash=False)
 router.register("runs", views.RunViewSet, basename="run")
@@ -10,6 +10,10 @@ router.register("nodes", views.NodeViewSet, basename="node")
 
 urlpatterns = [
     path("events", views.events_create, name="events"),
+    path("runs/<str:name>/goodput", goodput.run_goodput, name="run-goodput"),
+    path("runs/<str:name>/advice", goodput.run_advice, name="run-advice"),
+    path("fleet/goodput", goodput.fleet_goodput, name="fleet-goodput"),
+    path("advisor", goodput.advisor_what_if, name="advisor"),
     path("schema", SpectacularAPIView.as_view(permission_classes=[]), name="schema"),
     path("docs", SpectacularSwaggerView.as_view(url_name="schema", permission_classes=[]), name="api-docs"),
     *router.urls,

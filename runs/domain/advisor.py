@@ -119,6 +119,49 @@ def pareto_front(
     return front[::-1]
 
 
+@dataclass(frozen=True)
+class Advice:
+    """The advisor's answer for one (delta, M, R), all in seconds; waste values are fractions."""
+
+    delta_s: float
+    mtbf_s: float
+    restart_s: float
+    young_s: float
+    daly_s: float
+    waste_at_young: float
+    waste_at_daly: float
+    floor: float
+    current_s: float | None
+    waste_at_current: float | None
+    curve: list[tuple[float, float]]
+
+    @property
+    def goodput_at_daly(self) -> float:
+        return min(max(1 - self.waste_at_daly, 0.0), 1.0)
+
+    @property
+    def goodput_at_current(self) -> float | None:
+        return None if self.waste_at_current is None else min(max(1 - self.waste_at_current, 0.0), 1.0)
+
+
+def advise(*, delta_s: float, mtbf_s: float, restart_s: float, current_s: float | None = None) -> Advice:
+    """Young, Daly, the waste at each (and at the current interval), the floor and the W(tau) curve."""
+    _require_positive(delta_s=delta_s, mtbf_s=mtbf_s)
+    costs = {"delta_s": delta_s, "mtbf_s": mtbf_s, "restart_s": restart_s}
+    young_s, daly_s = young(delta_s=delta_s, mtbf_s=mtbf_s), daly(delta_s=delta_s, mtbf_s=mtbf_s)
+    return Advice(
+        **costs,
+        young_s=young_s,
+        daly_s=daly_s,
+        waste_at_young=waste(young_s, **costs),
+        waste_at_daly=waste(daly_s, **costs),
+        floor=floor(**costs),
+        current_s=current_s,
+        waste_at_current=waste(current_s, **costs) if current_s else None,
+        curve=curve(**costs),
+    )
+
+
 # -- failure rate with a confidence interval --------------------------------------------------------------
 
 

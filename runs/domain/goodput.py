@@ -186,6 +186,12 @@ def interruption_costs(timeline: RunTimeline, *, now: datetime) -> list[Interrup
     return costs
 
 
+def segments(timeline: RunTimeline, *, now: datetime) -> list[tuple[datetime, datetime, str]]:
+    """The run's lost time as disjoint (start, end, stage) spans in time order; the gaps are productive."""
+    run_end = timeline.ended_at or now
+    return [(start, end, stage) for start, end, stage, _owner in _resolve(_labelled(timeline, run_end))]
+
+
 # -- periods ---------------------------------------------------------------------------------------------
 
 

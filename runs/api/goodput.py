@@ -1,0 +1,149 @@
+"""Goodput and checkpoint-advice endpoints."""
+
+from datetime import timedelta
+
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.decorators import api_view
+from rest_framework.response import Response
+
+from .. import selectors
+from ..domain import advisor, goodput
+from ..models import Run
+
+
+class WindowQuery(serializers.Serializer):
+    since = serializers.DateTimeField(
+        required=False, help_text="RFC 3339; default: the run's start (fleet: 30 days ago)"
+    )
+    until = serializers.DateTimeField(required=False, help_text="RFC 3339; default: the run's end or now")
+
+    def validate(self, attrs):
+        if "since" in attrs and "until" in attrs and attrs["until"] <= attrs["since"]:
+            raise serializers.ValidationError({"until": "must be later than since"})
+        return attrs
+
+
+class CostsQuery(serializers.Serializer):
+    delta_s = serializers.FloatField(min_value=0.001, help_text="Blocking checkpoint cost, seconds.")
+    mtbf_s = serializers.FloatField(min_value=0.001, help_text="Job mean time between failures, seconds.")
+    restart_s = serializers.FloatField(min_value=0, default=0.0, help_text="Detection + rescheduling + reload, s.")
+    interval_s = serializers.FloatField(min_value=0.001, required=False, help_text="The interval in use, seconds.")
+
+
+class OverridesQuery(serializers.Serializer):
+    delta_s = serializers.FloatField(min_value=0.001, required=False)
+    mtbf_s = serializers.FloatField(min_value=0.001, required=False)
+    restart_s = serializers.FloatField(min_value=0, required=False)
+
+
+def _query(serializer_class, request) -> dict:
+    query = serializer_class(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    return query.validated_data
+
+
+def breakdown_json(b: goodput.Breakdown) -> dict:
+    return {
+        "wall_clock_s": b.wall_clock_s,
+        "productive_s": b.productive_s,
+        "goodput": b.goodput,
+        "badput": {f"{stage}_s": value for stage, value in b.stages_s.items()},
+        "interruptions": b.interruptions,
+    }
+
+
+def report_json(report: selectors.GoodputReport) -> dict:
+    return {
+        "since": report.since,
+        "until": report.until,
+        **breakdown_json(report.total),
+        "daily": [{"date": day, **breakdown_json(b)} for day, b in report.daily],
+    }
+
+
+def advice_json(advice: advisor.Advice) -> dict:
+    return {
+        "delta_s": advice.delta_s,
+        "mtbf_s": advice.mtbf_s,
+        "restart_s": advice.restart_s,
+        "young_s": advice.young_s,
+        "daly_s": advice.daly_s,
+        "waste_at_young": advice.waste_at_young,
+        "waste_at_daly": advice.waste_at_daly,
+        "goodput_at_daly": advice.goodput_at_daly,
+        "floor": advice.floor,
+        "current_s": advice.current_s,
+        "waste_at_current": advice.waste_at_current,
+        "goodput_at_current": advice.goodput_at_current,
+        "curve": [{"interval_s": tau, "waste": w} for tau, w in advice.curve],
+    }
+
+
+@extend_schema(parameters=[WindowQuery], responses=dict, summary="A run's goodput and badput by stage")
+@api_view(["GET"])
+def run_goodput(request, name):
+    run = get_object_or_404(Run, name=name)
+    window = _query(WindowQuery, request)
+    report = selectors.run_goodput_get(
+        run=run, since=window.get("since"), until=window.get("until"), now=timezone.now()
+    )
+    return Response({"run": run.name, "gpus": run.gpu_count, **report_json(report)})
+
+
+@extend_schema(parameters=[WindowQuery], responses=dict, summary="Fleet goodput, weighted by GPU-hours")
+@api_view(["GET"])
+def fleet_goodput(request):
+    window, now = _query(WindowQuery, request), timezone.now()
+    until = window.get("until", now)
+    since = window.get("since", until - timedelta(days=30))
+    report = selectors.fleet_goodput_get(since=since, until=until, now=now)
+    body = report_json(report)
+    body["gpu_hours"] = report.total.gpu_hours()
+    body["runs"] = [{"run": run.name, "gpus": run.gpu_count, **breakdown_json(b)} for run, b in report.by_run]
+    body["lost_gpu_hours_by_cause"] = report.lost_by_cause
+    return Response(body)
+
+
+@extend_schema(parameters=[CostsQuery], responses=dict, summary="What-if: Young and Daly intervals, waste, floor")
+@api_view(["GET"])
+def advisor_what_if(request):
+    costs = _query(CostsQuery, request)
+    advice = advisor.advise(
+        delta_s=costs["delta_s"],
+        mtbf_s=costs["mtbf_s"],
+        restart_s=costs["restart_s"],
+        current_s=costs.get("interval_s"),
+    )
+    return Response(advice_json(advice))
+
+
+@extend_schema(parameters=[OverridesQuery], responses=dict, summary="Checkpoint advice from the run's record")
+@api_view(["GET"])
+def run_advice(request, name):
+    run = get_object_or_404(Run, name=name)
+    inputs = selectors.run_advice_inputs_get(run=run, now=timezone.now(), **_query(OverridesQuery, request))
+    body = {"run": run.name, "gpus": run.gpu_count, "sources": inputs.sources, "missing": inputs.missing}
+    if inputs.rate is not None:
+        rate = inputs.rate
+        body["failure_rate"] = {
+            "failures": rate.failures,
+            "gpu_hours": rate.gpu_hours,
+            "per_gpu_hour": rate.rate,
+            "lower": rate.lower,
+            "upper": rate.upper,
+            "confidence": rate.confidence,
+        }
+    if inputs.mtbf_range_s is not None:
+        body["mtbf_range_s"] = list(inputs.mtbf_range_s)
+    if inputs.missing:
+        body["advice"] = None
+        body["detail"] = f"Not enough record to advise: pass {', '.join(inputs.missing)} to override."
+        return Response(body)
+    advice = advisor.advise(
+        delta_s=inputs.delta_s, mtbf_s=inputs.mtbf_s, restart_s=inputs.restart_s, current_s=inputs.current_s
+    )
+    body["advice"] = advice_json(advice)
+    return Response(body)

@@ -1,0 +1,634 @@
+"""A simulated training run on a GPU cluster, as the CloudEvents its scheduler, trainer and node agents would send.
+
+Pure: no Django import, standard library only. `simulate(config)` yields CloudEvents 1.0 dicts (docs/EVENTS.md)
+in time order; the same config gives the same stream, byte for byte, because one `random.Random(seed)` draws
+everything in a fixed order (no set or hash order is ever iterated).
+
+The model (../shared/DOMAIN.md sections 1, 2 and 5):
+- Unexpected faults strike while the run trains (checkpoint writes included). The cause is drawn in Llama 3's
+  Table 5 proportions by count; the culprit node and GPU at random among the run's nodes. GPU causes come with
+  the Xid, ECC and health readings an NVML agent would report.
+- Each fault is detected (seconds for a crash, 10-30 min for a hang), the culprit node is cordoned and sent to
+  repair, the job is rescheduled onto a hot spare (or waits for a repaired node when none is left) and reloads
+  the last durable checkpoint; the steps since that checkpoint are computed again. Software faults and NCCL
+  timeouts without a culprit restart on the same nodes.
+- Checkpoints are asynchronous: training blocks for the copy to host memory (seconds), the drain to storage
+  makes the checkpoint durable minutes later. A fault before then loses it and the restart goes further back.
+- Planned maintenance waits for the next checkpoint, saves synchronously, stops, and restarts on the same nodes
+  after the maintenance window, so it rewinds no work.
+- Repaired nodes go through burn-in and a health check, then back into the spare pool.
+
+The rate. Llama 3 measured 419 unexpected interruptions in 54 days of wall-clock on 16,384 GPUs, so the default
+`rate_per_gpu_hour` is per GPU-hour of wall-clock. A run can only be interrupted while it trains, and it spends
+part of its time restarting; to show the measured count, faults strike during training at rate / training_share
+(see `training_share`). This is exact in expectation for a renewal process (faults per wall-clock hour =
+h / (1 + h D) = gpus x rate when h = gpus x rate / (1 - gpus x rate x D), D the mean downtime per fault), so the
+rate an analysis estimates from the stream (faults / wall-clock GPU-hours) is the rate configured.
+
+Times are float seconds from `config.start` inside; the events carry RFC 3339 UTC with milliseconds.
+"""
+
+import heapq
+import math
+import random
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from .taxonomy import CAUSES, Cause, Group
+
+LLAMA3_GPUS = 16_384
+LLAMA3_DAYS = 54
+LLAMA3_UNEXPECTED = 419
+LLAMA3_PLANNED = 47
+# DOMAIN.md section 1: per-GPU MTBF = 50,700 GPU-hours.
+LLAMA3_RATE_PER_GPU_HOUR = LLAMA3_UNEXPECTED / (LLAMA3_GPUS * LLAMA3_DAYS * 24)
+# A fixed Monday, so that a default run is the same stream whenever it is made.
+DEFAULT_START = datetime(2026, 1, 5, tzinfo=UTC)
+STEP_EVENT_S = 60.0  # one run.step event per minute of training, whatever the step time
+# DOMAIN.md section 2: a 70B model's full training state is about 1.13 TB, a 405B model's about 6.5 TB.
+CHECKPOINT_BYTES_PER_PARAM = 16
+SPARE_POOL_TARGET = 0.99  # spares cover the nodes in repair at least this often (DOMAIN.md section 5)
+
+
+@dataclass(frozen=True)
+class Triangular:
+    """A duration in seconds from a triangular distribution: at least `low`, most often `mode`, at most `high`."""
+
+    low: float
+    mode: float
+    high: float
+
+    def __post_init__(self):
+        if not 0 <= self.low <= self.mode <= self.high:
+            raise ValueError(f"need 0 <= low <= mode <= high, got {self.low}, {self.mode}, {self.high}")
+
+    @property
+    def mean(self) -> float:
+        return (self.low + self.mode + self.high) / 3
+
+    def draw(self, rng: random.Random) -> float:
+        return rng.triangular(self.low, self.high, self.mode)
+
+
+def _minutes(low: float, mode: float, high: float) -> Triangular:
+    return Triangular(low * 60, mode * 60, high * 60)
+
+
+def _hours(low: float, mode: float, high: float) -> Triangular:
+    return Triangular(low * 3600, mode * 3600, high * 3600)
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    """One run on one cluster. Durations are seconds (Triangular ones too), rates per GPU-hour of wall-clock.
+
+    `planned_stops` None: Llama 3's 47 per 54 days at 16,384 GPUs, scaled by days and by fleet size, so that
+    planned and unexpected stops keep Llama 3's 47 : 419 mix at any size. `spare_nodes` None: sized so that the
+    nodes in repair exceed the spares less than 1% of the time (Poisson, DOMAIN.md section 5).
+    """
+
+    gpus: int = LLAMA3_GPUS
+    days: float = LLAMA3_DAYS
+    seed: int = 1
+    start: datetime = DEFAULT_START
+    gpus_per_node: int = 8
+    rate_per_gpu_hour: float = LLAMA3_RATE_PER_GPU_HOUR
+    planned_stops: int | None = None
+    # Every 30 min of training; async writes block 20-60 s (DOMAIN.md section 2) and are durable 1-5 min later.
+    checkpoint_interval_s: float = 1800.0
+    checkpoint_blocking: Triangular = Triangular(20, 30, 60)
+    checkpoint_drain: Triangular = _minutes(1, 2, 5)
+    step_s: float = 6.0  # one optimizer step; about Llama 3 405B's 16M-token batch on 16k H100s
+    model_params: int = 405_000_000_000
+    # DOMAIN.md section 2: a crash is noticed in seconds, a hang by the NCCL watchdog after 10-30 min.
+    detection_crash: Triangular = Triangular(5, 20, 120)
+    detection_hang: Triangular = _minutes(10, 15, 30)
+    # Automated drain-and-replace from hot spares, then process start, NCCL init and checkpoint load.
+    rescheduling: Triangular = _minutes(2, 5, 15)
+    reload: Triangular = _minutes(3, 7, 15)
+    maintenance: Triangular = _minutes(10, 20, 60)
+    repair: Triangular = _hours(12, 48, 132)
+    burn_in: Triangular = _hours(2, 4, 8)
+    spare_nodes: int | None = None
+    cluster: str = "sim-cluster"
+    run: str = "llama3-405b-sim"
+    source: str = "fleetops/simulator"
+
+    def __post_init__(self):
+        if self.start.tzinfo is None:
+            raise ValueError("start must be timezone-aware")
+        object.__setattr__(self, "start", self.start.astimezone(UTC))
+        if self.gpus_per_node < 1 or self.gpus_per_node > 256:
+            raise ValueError("gpus_per_node must be 1-256")
+        if self.gpus < 1 or self.gpus % self.gpus_per_node:
+            raise ValueError(f"gpus must be a positive multiple of gpus_per_node ({self.gpus_per_node})")
+        if self.days <= 0 or self.rate_per_gpu_hour < 0 or self.checkpoint_interval_s <= 0 or self.step_s <= 0:
+            raise ValueError("days, checkpoint_interval_s and step_s must be positive, rate_per_gpu_hour >= 0")
+        if (self.planned_stops or 0) < 0 or (self.spare_nodes or 0) < 0 or self.model_params < 1:
+            raise ValueError("planned_stops and spare_nodes must be >= 0, model_params >= 1")
+
+    @property
+    def nodes(self) -> int:
+        return self.gpus // self.gpus_per_node
+
+    @property
+    def duration_s(self) -> float:
+        return self.days * 86400
+
+    @property
+    def end(self) -> datetime:
+        return self.start + timedelta(seconds=self.duration_s)
+
+    @property
+    def planned_count(self) -> int:
+        if self.planned_stops is not None:
+            return self.planned_stops
+        return round(LLAMA3_PLANNED * (self.days / LLAMA3_DAYS) * (self.gpus / LLAMA3_GPUS))
+
+    @property
+    def spare_count(self) -> int:
+        return self.spare_nodes if self.spare_nodes is not None else default_spare_nodes(self)
+
+    @property
+    def checkpoint_bytes(self) -> int:
+        return self.model_params * CHECKPOINT_BYTES_PER_PARAM
+
+
+# --- Causes and their signals ----------------------------------------------------------------------------
+
+_DRAWN_CAUSES = [cause for cause, (_, _, count) in CAUSES.items() if count > 0]
+_CAUSE_WEIGHTS = [CAUSES[cause][2] for cause in _DRAWN_CAUSES]
+_TOTAL_WEIGHT = sum(_CAUSE_WEIGHTS)
+# Noticed by a timeout, not a crash: the job hangs in a collective, or keeps training on wrong numbers.
+HANG_CAUSES = (Cause.NCCL_WATCHDOG, Cause.NETWORK_SWITCH_CABLE, Cause.NIC, Cause.SILENT_DATA_CORRUPTION)
+# No hardware to blame: the job restarts on the same nodes.
+NO_CULPRIT_CAUSES = (Cause.SOFTWARE_BUG, Cause.DEPENDENCY, Cause.NCCL_WATCHDOG)
+
+# NVIDIA's Xid catalog (DOMAIN.md section 4): message and the recovery action NVML reports (field 230).
+XID_MESSAGES = {
+    48: ("DBE (Double Bit Error) ECC Error", 1),
+    62: ("Internal micro-controller halt", 1),
+    64: ("ECC page retirement or row remapper recording failure", 4),
+    79: ("GPU has fallen off the bus", 2),
+    94: ("Contained ECC error", 0),
+    95: ("Uncontained ECC error", 1),
+    119: ("GSP RPC timeout", 1),
+    120: ("GSP error", 1),
+}
+
+
+@dataclass(frozen=True)
+class _GpuSignal:
+    xids: tuple[int, ...]  # one is drawn; () when the fault raises no Xid
+    ecc: bool = False  # an uncorrectable ECC error shows in the running totals
+    thermal: bool = False  # the health reading shows thermal slowdown
+    health: bool = True  # the agent reads health at the fault
+
+
+_GPU_SIGNALS = {
+    Cause.FAULTY_GPU: _GpuSignal((79,)),
+    Cause.GPU_HBM3: _GpuSignal((48, 95, 64), ecc=True),
+    Cause.GPU_SRAM: _GpuSignal((94, 95), ecc=True),
+    Cause.GPU_SYSTEM_PROCESSOR: _GpuSignal((119, 120, 62)),
+    Cause.GPU_THERMAL: _GpuSignal((), thermal=True),
+    Cause.SILENT_DATA_CORRUPTION: _GpuSignal((), health=False),  # nothing shows but the loss
+}
+
+_REASONS = {
+    Cause.SOFTWARE_BUG: "Trainer crashed: unhandled exception in the training loop",
+    Cause.DEPENDENCY: "Trainer crashed: incompatible library after an image update",
+    Cause.NETWORK_SWITCH_CABLE: "NCCL watchdog: collective operation timeout; InfiniBand link down",
+    Cause.HOST_MAINTENANCE: "Host taken down for unplanned maintenance",
+    Cause.NIC: "NCCL watchdog: collective operation timeout; NIC reset",
+    Cause.NCCL_WATCHDOG: "NCCL watchdog: collective operation timeout",
+    Cause.GPU_THERMAL: "GPU thermal slowdown, then shutdown",
+    Cause.SILENT_DATA_CORRUPTION: "Loss spike traced to silent data corruption",
+    Cause.SSD: "Local SSD I/O errors",
+    Cause.POWER_SUPPLY: "Node lost power: power supply failure",
+    Cause.SERVER_CHASSIS: "Server chassis fault: node unreachable",
+    Cause.IO_EXPANSION_BOARD: "IO expansion board fault: PCIe devices lost",
+    Cause.CPU: "Machine check exception on a CPU",
+    Cause.SYSTEM_MEMORY: "Uncorrectable host memory error",
+}
+_MAINTENANCE = (
+    "kernel and driver upgrade",
+    "firmware update",
+    "switch firmware rollout",
+    "storage maintenance",
+    "training configuration change",
+)
+
+
+def _culprit_share() -> float:
+    culprit = sum(CAUSES[c][2] for c in _DRAWN_CAUSES if c not in NO_CULPRIT_CAUSES)
+    return culprit / _TOTAL_WEIGHT
+
+
+def _hang_share() -> float:
+    return sum(CAUSES[c][2] for c in HANG_CAUSES) / _TOTAL_WEIGHT
+
+
+# --- Derived rates ----------------------------------------------------------------------------------------
+
+
+def expected_unexpected(config: SimulationConfig) -> float:
+    """Expected unexpected interruptions over the run: gpus x rate x wall-clock hours."""
+    return config.gpus * config.rate_per_gpu_hour * config.days * 24
+
+
+def training_share(config: SimulationConfig) -> float:
+    """Expected fraction of wall-clock the run trains (checkpoint writes included); at least 0.1.
+
+    1 - (faults per second x mean downtime per fault) - (planned stops per second x mean downtime per stop).
+    Waits for a spare when the pool is empty are not counted: the spare pool is sized to make them rare.
+    """
+    faults_per_s = config.gpus * config.rate_per_gpu_hour / 3600
+    hang = _hang_share()
+    detection = hang * config.detection_hang.mean + (1 - hang) * config.detection_crash.mean
+    fault_down = detection + config.rescheduling.mean + config.reload.mean
+    planned_per_s = config.planned_count / config.duration_s
+    planned_down = config.maintenance.mean + config.reload.mean
+    return max(1 - faults_per_s * fault_down - planned_per_s * planned_down, 0.1)
+
+
+def fault_hazard_per_s(config: SimulationConfig) -> float:
+    """Faults per second of training: the wall-clock rate over the training share (module docstring)."""
+    return config.gpus * config.rate_per_gpu_hour / 3600 / training_share(config)
+
+
+def default_spare_nodes(config: SimulationConfig) -> int:
+    """Hot spares so that the nodes in repair outnumber them less than 1% of the time (Poisson), at least 1."""
+    node_faults_per_s = config.gpus * config.rate_per_gpu_hour / 3600 * _culprit_share()
+    away_s = config.repair.mean + config.burn_in.mean + 1800  # plus cordon and drain
+    return max(_poisson_quantile(node_faults_per_s * away_s, SPARE_POOL_TARGET), 1)
+
+
+def _poisson_quantile(mean: float, p: float) -> int:
+    """The least k with P(Poisson(mean) <= k) >= p."""
+    if mean > 500:  # exp(-mean) underflows; the normal approximation is close by then
+        return math.ceil(mean + 2.33 * math.sqrt(mean))
+    k, term = 0, math.exp(-mean)
+    total = term
+    while total < p:
+        k += 1
+        term *= mean / k
+        total += term
+    return k
+
+
+# --- The stream -------------------------------------------------------------------------------------------
+
+
+def simulate(config: SimulationConfig) -> Iterator[dict]:
+    """The run's CloudEvents in non-decreasing time order, ids numbered in stream order; none after config.end."""
+    return _Simulation(config).events()
+
+
+@dataclass
+class Summary:
+    """Counts over a stream, for a command to print."""
+
+    events: int = 0
+    unexpected: int = 0
+    planned: int = 0
+    checkpoints: int = 0  # completed
+    checkpoints_lost: int = 0  # failed: the job stopped before the write was durable
+    steps: int = 0  # run.step events
+    first_time: str = ""
+    last_time: str = ""
+    by_type: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def interruptions(self) -> int:
+        return self.unexpected + self.planned
+
+    def add(self, event: dict) -> None:
+        kind = event["type"]
+        self.events += 1
+        self.by_type[kind] = self.by_type.get(kind, 0) + 1
+        self.first_time = self.first_time or event["time"]
+        self.last_time = event["time"]
+        if kind == "run.failed":
+            if event["data"].get("planned"):
+                self.planned += 1
+            else:
+                self.unexpected += 1
+        elif kind == "run.step":
+            self.steps += 1
+        elif kind == "checkpoint.completed":
+            self.checkpoints += 1
+        elif kind == "checkpoint.failed":
+            self.checkpoints_lost += 1
+
+
+def summary(events: Iterable[dict]) -> Summary:
+    result = Summary()
+    for event in events:
+        result.add(event)
+    return result
+
+
+@dataclass(frozen=True)
+class _Stop:
+    kind: str  # fault, planned, end
+    at: float  # seconds from the start
+
+
+class _Simulation:
+    """The run's state as it moves forward in time; events go to a heap and leave it in time order.
+
+    Every push is at or after the time the simulation has reached, so everything up to that time can leave.
+    """
+
+    def __init__(self, config: SimulationConfig):
+        self.c = config
+        self.rng = random.Random(config.seed)
+        self.hazard = fault_hazard_per_s(config)
+        hosts = [f"{config.cluster}-{i:05d}" for i in range(config.nodes + config.spare_count)]
+        self.nodes = hosts[: config.nodes]
+        self.spares = deque(hosts[config.nodes :])
+        self.repairs: list[tuple[float, str]] = []  # (back in the pool at, hostname), a heap
+        self.ecc: dict[tuple[str, int], list[int]] = {}  # running totals: corrected, uncorrected, remapped rows
+        self.heap: list[tuple[float, int, str, dict]] = []
+        self.pushed = 0
+        self.emitted = 0
+        self.step = 0
+        self.durable_step = 0  # the newest durable checkpoint's step; 0 restarts from scratch
+        self.in_flight: int | None = None  # a checkpoint's step that was not durable when the run stopped
+        self.job = 100_000 + self.rng.randrange(900_000)
+        self.planned = self._planned_times()
+
+    # -- the main loop
+
+    def events(self) -> Iterator[dict]:
+        end = self.c.duration_s
+        self._fleet_at_start()
+        self._attempt(0.0, first=True)
+        at = 0.0
+        while at < end:
+            stop = self._train(at)
+            yield from self._flush(min(stop.at, end))
+            if stop.kind == "end":
+                break
+            at = self._fault(stop.at) if stop.kind == "fault" else self._planned_stop(stop.at)
+            yield from self._flush(min(at, end))
+        self._fleet_at_end()
+        yield from self._flush(end)
+
+    def _train(self, start: float) -> _Stop:
+        """Train from `start` until a fault, a due planned stop or the end: a step event a minute, checkpoints."""
+        c, rng = self.c, self.rng
+        fault_at = start + rng.expovariate(self.hazard) if self.hazard > 0 else math.inf
+        limit = min(fault_at, c.duration_s)
+        kind = "fault" if fault_at < c.duration_s else "end"
+        base, at, trained, since_checkpoint = self.step, start, 0.0, 0.0
+        self.in_flight = None
+        while at + STEP_EVENT_S <= limit:
+            at += STEP_EVENT_S
+            trained += STEP_EVENT_S
+            since_checkpoint += STEP_EVENT_S
+            self.step = base + int(trained // c.step_s)
+            self._push(at, "run.step", run=c.run, step=self.step)
+            if since_checkpoint < c.checkpoint_interval_s:
+                continue
+            since_checkpoint = 0.0
+            if self.planned and self.planned[0] <= at:
+                done = self._final_checkpoint(at, limit)
+                if done is not None:
+                    self.planned.popleft()
+                    return _Stop("planned", done)
+                break
+            at = self._checkpoint(at, limit)
+        return _Stop(kind, limit)
+
+    # -- checkpoints
+
+    def _checkpoint(self, at: float, limit: float) -> float:
+        """An asynchronous checkpoint from `at`; returns when training goes on (or `limit`, the run stopped)."""
+        c = self.c
+        self._push(at, "checkpoint.started", run=c.run, step=self.step)
+        blocking = round(c.checkpoint_blocking.draw(self.rng), 1)
+        durable = at + blocking + c.checkpoint_drain.draw(self.rng)
+        if durable > limit:
+            self.in_flight = self.step
+            return min(at + blocking, limit)
+        self._completed(durable, blocking)
+        return at + blocking
+
+    def _final_checkpoint(self, at: float, limit: float) -> float | None:
+        """The synchronous save before planned maintenance; when it is durable, or None if the run stopped first."""
+        c = self.c
+        self._push(at, "checkpoint.started", run=c.run, step=self.step)
+        write = round(c.checkpoint_blocking.draw(self.rng) + c.checkpoint_drain.draw(self.rng), 1)
+        if at + write > limit:
+            self.in_flight = self.step
+            return None
+        self._completed(at + write, write)
+        return at + write
+
+    def _completed(self, at: float, blocking_s: float) -> None:
+        c = self.c
+        self._push(
+            at,
+            "checkpoint.completed",
+            run=c.run,
+            step=self.step,
+            blocking_s=blocking_s,
+            bytes=c.checkpoint_bytes,
+            tier="durable",
+        )
+        self.durable_step = self.step
+
+    # -- stops and restarts
+
+    def _fault(self, at: float) -> float:
+        """An unexpected fault at `at`: its signals, the report, the culprit's repair, the restart; returns resume."""
+        c, rng = self.c, self.rng
+        cause = rng.choices(_DRAWN_CAUSES, weights=_CAUSE_WEIGHTS)[0]
+        detected = at + (c.detection_hang if cause in HANG_CAUSES else c.detection_crash).draw(rng)
+        details: dict = {}
+        if cause not in NO_CULPRIT_CAUSES:
+            details["node"] = rng.choice(self.nodes)
+        if cause in _GPU_SIGNALS:
+            details["gpu"] = rng.randrange(c.gpus_per_node)
+            xid = self._gpu_signals(cause, details["node"], details["gpu"], at)
+            if xid is not None:
+                details["xid"] = xid
+        reason = f"Xid {details['xid']}: {XID_MESSAGES[details['xid']][0]}" if "xid" in details else _REASONS[cause]
+        if self.in_flight is not None:
+            self._push(
+                detected,
+                "checkpoint.failed",
+                run=c.run,
+                step=self.in_flight,
+                reason="The job stopped before it was durable",
+            )
+        self._push(
+            at,
+            "run.failed",
+            run=c.run,
+            reason=reason,
+            category=cause.value,
+            detected_at=self._time(detected),
+            **details,
+        )
+        running = detected + c.rescheduling.draw(rng)
+        if "node" in details:
+            self._repair(details["node"], cause, detected)
+            running = self._replace(details["node"], running)
+        return self._attempt(running)
+
+    def _planned_stop(self, at: float) -> float:
+        """Planned maintenance right after its checkpoint was durable; the run comes back on the same nodes."""
+        c = self.c
+        reason = f"Planned maintenance: {self.rng.choice(_MAINTENANCE)}"
+        self._push(
+            at,
+            "run.failed",
+            run=c.run,
+            reason=reason,
+            category=Cause.PLANNED_MAINTENANCE.value,
+            planned=True,
+            detected_at=self._time(at),
+        )
+        return self._attempt(at + c.maintenance.draw(self.rng))
+
+    def _attempt(self, at: float, *, first: bool = False) -> float:
+        """A new attempt starts at `at`; after a stop it reloads the last durable checkpoint. Returns resume."""
+        c = self.c
+        self.job += 1 + self.rng.randrange(40)  # other jobs took the ids between
+        self._push(
+            at,
+            "run.started",
+            run=c.run,
+            cluster=c.cluster,
+            gpus=c.gpus,
+            nodes=list(self.nodes),
+            job_id=str(self.job),
+            model_params=c.model_params,
+            checkpoint_interval_s=c.checkpoint_interval_s,
+        )
+        if first:
+            return at
+        resumed = at + c.reload.draw(self.rng)
+        self._push(resumed, "run.restored", run=c.run, from_step=self.durable_step)
+        self.step = self.durable_step
+        return resumed
+
+    # -- hardware
+
+    def _gpu_signals(self, cause: Cause, node: str, gpu: int, at: float) -> int | None:
+        """The Xid, ECC totals and health reading the node agent reports at the fault; returns the Xid."""
+        signal, rng = _GPU_SIGNALS[cause], self.rng
+        xid = rng.choice(signal.xids) if signal.xids else None
+        if xid is not None:
+            self._push(at, "gpu.xid", node=node, gpu=gpu, xid=xid, message=XID_MESSAGES[xid][0])
+        if signal.ecc:
+            totals = self.ecc.setdefault((node, gpu), [0, 0, 0])
+            totals[0] += rng.randint(1, 500)
+            totals[1] += 1
+            totals[2] += 1
+            self._push(
+                at,
+                "gpu.ecc",
+                node=node,
+                gpu=gpu,
+                corrected=totals[0],
+                uncorrected=totals[1],
+                remapped_rows_uncorrected=totals[2],
+                remapped_rows_pending=xid != 64,
+                remapped_rows_failure=xid == 64,
+            )
+        if signal.health:
+            hot = signal.thermal
+            self._push(
+                at,
+                "gpu.health",
+                node=node,
+                gpu=gpu,
+                temperature_c=round(rng.uniform(92, 100) if hot else rng.uniform(55, 80), 1),
+                throttle_reasons=["hw_thermal_slowdown", "sw_thermal_slowdown"] if hot else [],
+                nvlink_errors=0,
+                recovery_action=XID_MESSAGES[xid][1] if xid is not None else 0,
+            )
+        return xid
+
+    def _repair(self, node: str, cause: Cause, detected: float) -> None:
+        """Cordon, repair, burn-in and health check; the node is back in the spare pool afterwards."""
+        c, rng = self.c, self.rng
+        label = CAUSES[cause][0]
+        cordoned = detected + rng.uniform(5, 60)
+        self._push(cordoned, "node.state", node=node, state="cordoned", reason=f"{label}: drained from {c.run}")
+        in_repair = cordoned + rng.uniform(600, 1800)
+        self._push(in_repair, "node.state", node=node, state="in_repair", reason=f"{label}: repair ticket opened")
+        burn_in = in_repair + c.repair.draw(rng)
+        fix = "GPU replaced (RMA)" if CAUSES[cause][1] == Group.GPU else f"{label} repaired"
+        self._push(burn_in, "node.state", node=node, state="burn_in", reason=fix)
+        ready = burn_in + c.burn_in.draw(rng)
+        self._push(ready, "healthcheck.result", node=node, check="dcgm_diag_r3", passed=True)
+        self._push(ready, "node.state", node=node, state="hot_spare", reason="Passed burn-in and DCGM diagnostics")
+        heapq.heappush(self.repairs, (ready, node))
+        # A replaced GPU starts its ECC totals from zero.
+        for key in [key for key in self.ecc if key[0] == node]:
+            del self.ecc[key]
+
+    def _replace(self, node: str, at: float) -> float:
+        """Swap `node` for a hot spare; returns when the job can start, later if it had to wait for a repair."""
+        while self.repairs and self.repairs[0][0] <= at:
+            self.spares.append(heapq.heappop(self.repairs)[1])
+        if not self.spares:
+            ready, host = heapq.heappop(self.repairs)
+            self.spares.append(host)
+            at = max(at, ready + 60)
+        spare = self.spares.popleft()
+        self.nodes[self.nodes.index(node)] = spare
+        reason = f"Joined {self.c.run} in place of {node}"
+        self._push(at, "node.state", node=spare, state="in_service", reason=reason, cluster=self.c.cluster)
+        return at
+
+    def _fleet_at_start(self) -> None:
+        c = self.c
+        for host in [*self.nodes, *self.spares]:
+            self._push(0.0, "node.heartbeat", node=host, cluster=c.cluster)
+        for host in self.spares:
+            self._push(0.0, "node.state", node=host, state="hot_spare", reason="Passed burn-in", cluster=c.cluster)
+
+    def _fleet_at_end(self) -> None:
+        """A last heartbeat from every node not in repair, so that a live demo's nodes look alive."""
+        end = self.c.duration_s
+        back = [host for ready, host in self.repairs if ready <= end]
+        for host in sorted([*self.nodes, *self.spares, *back]):
+            self._push(end, "node.heartbeat", node=host, cluster=self.c.cluster)
+
+    def _planned_times(self) -> deque[float]:
+        """One planned stop in each of `planned_count` equal slots of the run, away from the slot edges."""
+        count = self.c.planned_count
+        slot = self.c.duration_s / count if count else 0.0
+        return deque(slot * (i + self.rng.uniform(0.1, 0.9)) for i in range(count))
+
+    # -- output
+
+    def _push(self, at: float, type_: str, **data) -> None:
+        heapq.heappush(self.heap, (at, self.pushed, type_, data))
+        self.pushed += 1
+
+    def _flush(self, until: float) -> Iterator[dict]:
+        """Events up to `until` (seconds), in time order; the same instant keeps the order they were pushed in."""
+        c = self.c
+        while self.heap and self.heap[0][0] <= until:
+            at, _, type_, data = heapq.heappop(self.heap)
+            self.emitted += 1
+            yield {
+                "specversion": "1.0",
+                "id": f"{c.run}-{c.seed}-{self.emitted:07d}",
+                "source": c.source,
+                "type": type_,
+                "time": self._time(at),
+                "data": data,
+            }
+
+    def _time(self, seconds: float) -> str:
+        at = self.c.start + timedelta(milliseconds=round(seconds * 1000))
+        return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,102 @@
+"""Goodput and advice endpoints, on the failure-and-restart story (tests/runs/scenario.py)."""
+
+import json
+import math
+
+import pytest
+
+from tests.runs.scenario import failure_and_restart
+
+# The story's stages, in seconds: fault 00:45 noticed 00:46, running 00:55, training 00:58; the resumed
+# checkpoint's blocking ended 00:30:20; checkpoints block 20 s and 15 s; the run lasts 2 h.
+DETECTION, RESCHEDULING, RELOAD, REWOUND, CHECKPOINT = 60.0, 540.0, 180.0, 880.0, 35.0
+WALL = 7200.0
+PRODUCTIVE = WALL - (DETECTION + RESCHEDULING + RELOAD + REWOUND + CHECKPOINT)
+
+
+@pytest.fixture
+def record(writer, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        writer.post("/api/v1/events", json.dumps(failure_and_restart()), content_type="application/json")
+
+
+def test_it_answers_a_runs_goodput_by_stage(reader, record):
+    body = reader.get("/api/v1/runs/r1/goodput").json()
+    assert (body["wall_clock_s"], body["productive_s"], body["interruptions"]) == (WALL, PRODUCTIVE, 1)
+    assert body["badput"] == {
+        "detection_s": DETECTION,
+        "rescheduling_s": RESCHEDULING,
+        "reload_s": RELOAD,
+        "rewound_s": REWOUND,
+        "checkpoint_s": CHECKPOINT,
+        "other_s": 0.0,
+    }
+    assert math.isclose(body["goodput"], PRODUCTIVE / WALL)
+    assert [d["date"] for d in body["daily"]] == ["2026-03-01"] and body["daily"][0]["productive_s"] == PRODUCTIVE
+
+
+def test_a_window_counts_a_split_stage_in_part(reader, record):
+    body = reader.get("/api/v1/runs/r1/goodput?since=2026-03-01T00:50:00Z&until=2026-03-01T01:00:00Z").json()
+    # 00:50-00:55 rescheduling, 00:55-00:58 reload, 00:58-01:00 productive.
+    assert body["wall_clock_s"] == 600 and body["badput"]["rescheduling_s"] == 300 and body["badput"]["reload_s"] == 180
+    assert body["productive_s"] == 120 and body["interruptions"] == 0
+
+
+def test_it_rejects_a_bad_window_naming_the_field(reader, record):
+    response = reader.get("/api/v1/runs/r1/goodput?since=yesterday")
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "since"
+    response = reader.get("/api/v1/runs/r1/goodput?since=2026-03-02T00:00:00Z&until=2026-03-01T00:00:00Z")
+    assert response.status_code == 400 and response.json()["errors"] == [
+        {"field": "until", "reason": "must be later than since"}
+    ]
+    assert reader.get("/api/v1/runs/nope/goodput").status_code == 404
+
+
+def test_fleet_goodput_weighs_runs_by_gpu_hours(reader, record):
+    body = reader.get("/api/v1/fleet/goodput?since=2026-03-01T00:00:00Z&until=2026-03-02T00:00:00Z").json()
+    assert body["wall_clock_s"] == WALL * 16 and body["productive_s"] == PRODUCTIVE * 16
+    assert math.isclose(body["gpu_hours"]["wall_clock"], 32.0)
+    assert [r["run"] for r in body["runs"]] == ["r1"]
+    assert body["lost_gpu_hours_by_cause"] == {
+        "faulty_gpu": pytest.approx((DETECTION + RESCHEDULING + RELOAD + REWOUND) * 16 / 3600)
+    }
+
+
+def test_the_what_if_advisor_matches_daly(reader, db):
+    body = reader.get("/api/v1/advisor?delta_s=300&mtbf_s=86400&restart_s=600").json()
+    assert round(body["daly_s"] / 60, 1) == 116.7  # DOMAIN.md section 3, Daly's first vector
+    assert math.isclose(body["young_s"], math.sqrt(2 * 300 * 86400))
+    assert body["floor"] == pytest.approx(math.sqrt(2 * 300 / 86400) + 600 / 86400)
+    assert len(body["curve"]) == 41 and body["waste_at_current"] is None
+
+
+def test_the_what_if_advisor_names_bad_fields(reader, db):
+    response = reader.get("/api/v1/advisor?delta_s=-1&restart_s=x")
+    assert response.status_code == 400
+    assert {e["field"] for e in response.json()["errors"]} == {"delta_s", "mtbf_s", "restart_s"}
+
+
+def test_run_advice_uses_the_record_and_overrides(reader, record):
+    body = reader.get("/api/v1/runs/r1/advice").json()
+    assert body["sources"] == {"delta_s": "record", "mtbf_s": "record", "restart_s": "record"}
+    # One unexpected failure over 16 GPUs x 2 h = 32 GPU-hours: 1/32 per GPU-hour, M = 2 h for 16 GPUs.
+    assert body["failure_rate"]["failures"] == 1 and math.isclose(body["failure_rate"]["gpu_hours"], 32.0)
+    advice = body["advice"]
+    assert (advice["delta_s"], advice["mtbf_s"], advice["restart_s"], advice["current_s"]) == (17.5, 7200, 780, 1800)
+    assert body["mtbf_range_s"][0] < 7200 < body["mtbf_range_s"][1]
+    overridden = reader.get("/api/v1/runs/r1/advice?mtbf_s=86400").json()
+    assert overridden["sources"]["mtbf_s"] == "override" and overridden["advice"]["mtbf_s"] == 86400
+
+
+def test_run_advice_says_what_is_missing(reader, writer, django_capture_on_commit_callbacks):
+    from tests.runs.scenario import at, event
+
+    with django_capture_on_commit_callbacks(execute=True):
+        writer.post(
+            "/api/v1/events",
+            json.dumps(event("run.started", at(0), "s", run="new", cluster="c", gpus=8, nodes=["x"], job_id="1")),
+            content_type="application/json",
+        )
+    body = reader.get("/api/v1/runs/new/advice").json()
+    assert body["advice"] is None and body["missing"] == ["delta_s", "mtbf_s", "restart_s"]
+    assert "pass delta_s, mtbf_s, restart_s" in body["detail"]
