@@ -7,6 +7,7 @@ locally and production must turn it off and then supply SECRET_KEY and ALLOWED_H
 from pathlib import Path
 
 import environ
+import plotly
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -101,7 +102,8 @@ USE_TZ = True  # stored in UTC; TIME_ZONE is only how pages show times
 TIME_ZONE = env.str("TIME_ZONE", default="UTC")
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+# plotly.js comes from the plotly package itself (/static/plotly/plotly.min.js): pinned by pyproject, no CDN.
+STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", Path(plotly.__file__).parent / "package_data")]
 STATIC_ROOT = env.path("STATIC_ROOT", default=BASE_DIR / "var" / "staticfiles")
 Path(STATIC_ROOT).mkdir(parents=True, exist_ok=True)
 STORAGES = {

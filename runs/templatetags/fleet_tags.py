@@ -26,3 +26,22 @@ def duration(seconds):
 @register.filter
 def seconds_between(start, end):
     return (end - start).total_seconds() if start and end else None
+
+
+@register.filter
+def percent(fraction, digits=1):
+    """A fraction as a percentage: 0.9791 -> '97.9%'."""
+    if fraction is None:
+        return "—"
+    return f"{fraction * 100:.{int(digits)}f}%"
+
+
+@register.filter
+def minutes(value):
+    """Minutes with one decimal, or a dash."""
+    return "—" if value is None else f"{value:.1f} min"
+
+
+@register.filter
+def hours(seconds):
+    return "—" if seconds is None else f"{seconds / 3600:.1f} h"

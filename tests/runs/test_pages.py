@@ -60,3 +60,45 @@ def test_the_node_page_shows_gpus_and_events(oncall, record):
     html = oncall.get("/nodes/n2").content.decode()
     assert "cordoned" in html and "GPU has fallen off the bus" in html
     assert "gpu.xid" in html and ">79 " in html
+
+
+def test_the_run_page_shows_goodput_timeline_and_advisor(oncall, record):
+    html = oncall.get("/runs/r1").content.decode()
+    assert 'id="goodput-value">76.5%' in html  # 5505 s productive of 7200 s
+    for figure in ("goodput-figure", "timeline-figure", "advisor-figure"):
+        assert f'id="{figure}" type="application/json"' in html
+    assert "/static/plotly/plotly.min.js" in html and "/static/js/charts.js" in html
+    assert "14.7 min" in html  # rewound: 00:30:20 to 00:45:00
+    assert 'id="daly-interval"' in html
+
+
+def test_the_what_if_form_answers_htmx_with_the_advisor_only(oncall, record):
+    response = oncall.get(
+        "/runs/r1/advisor?delta_s=300&mtbf_h=24&restart_min=10&interval_min=60", HTTP_HX_REQUEST="true"
+    )
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section class="card" id="advisor">') and "<html" not in html
+    assert 'id="daly-interval">1 h 56 min' in html  # Daly: 116.7 min for delta 5 min, M 24 h
+
+
+def test_the_what_if_form_shows_errors_for_bad_input(oncall, record):
+    html = oncall.get("/runs/r1/advisor?delta_s=-5&mtbf_h=x&restart_min=1", HTTP_HX_REQUEST="true").content.decode()
+    assert "Ensure this value is greater than or equal to 0.01" in html and "Enter a number" in html
+    assert 'id="daly-interval"' not in html
+
+
+def test_the_fleet_page_shows_goodput_by_day_run_and_cause(oncall, record, settings):
+    import time_machine
+
+    with time_machine.travel("2026-03-05T00:00:00Z"):
+        html = oncall.get("/fleet?days=7").content.decode()
+    assert 'id="fleet-goodput">76.5%' in html
+    for figure in ("daily-figure", "runs-figure", "causes-figure"):
+        assert f'id="{figure}" type="application/json"' in html
+    assert 'href="/runs/r1"' in html
+
+
+def test_plotly_js_is_served_from_our_own_static_files(client, db):
+    from django.contrib.staticfiles import finders
+
+    assert finders.find("plotly/plotly.min.js")

@@ -1,0 +1,251 @@
+"""Plotly figures as plain dicts (data + layout), built from the domain's results and tested as data.
+
+The browser draws them with plotly.js served from our own static files (static/js/charts.js).
+Durations on axes are hours or minutes, as each axis title says.
+"""
+
+from datetime import date, datetime
+
+from .domain import advisor, goodput
+from .domain.taxonomy import cause_label
+
+COLORS = {
+    "productive": "#2da44e",
+    "detection": "#cf222e",
+    "rescheduling": "#fb8500",
+    "reload": "#d4a72c",
+    "rewound": "#8250df",
+    "checkpoint": "#0969da",
+    "other": "#8c959f",
+}
+LABELS = {
+    "productive": "productive",
+    "detection": "detection",
+    "rescheduling": "rescheduling",
+    "reload": "reload",
+    "rewound": "rewound work",
+    "checkpoint": "checkpoint blocking",
+    "other": "other",
+}
+_BASE_LAYOUT = {
+    "margin": {"l": 60, "r": 20, "t": 10, "b": 40},
+    "paper_bgcolor": "rgba(0,0,0,0)",
+    "plot_bgcolor": "rgba(0,0,0,0)",
+    "font": {"family": "system-ui, sans-serif", "size": 12},
+    "legend": {"orientation": "h", "y": -0.25},
+}
+
+
+def _layout(**extra) -> dict:
+    return {**_BASE_LAYOUT, **extra}
+
+
+def goodput_bar(total: goodput.Breakdown) -> dict:
+    """One stacked bar: the run's wall-clock hours split into productive time and each badput stage."""
+    parts = {"productive": total.productive_s, **total.stages_s}
+    data = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": LABELS[name],
+            "y": ["time"],
+            "x": [round(seconds / 3600, 4)],
+            "marker": {"color": COLORS[name]},
+            "hovertemplate": f"{LABELS[name]}: %{{x:.2f}} h<extra></extra>",
+        }
+        for name, seconds in parts.items()
+        if seconds > 0
+    ]
+    return {
+        "data": data,
+        "layout": _layout(barmode="stack", height=150, xaxis={"title": {"text": "hours"}}, yaxis={"visible": False}),
+    }
+
+
+def run_timeline(
+    *, started_at: datetime, until: datetime, lost: list[tuple[datetime, datetime, str]], faults: list[dict]
+) -> dict:
+    """Lost time on a time axis, one row per stage; the gaps on the 'lost' rows are productive.
+
+    `lost` are goodput.segments(); `faults` are {at, label} for the fault markers.
+    """
+    data = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": "productive",
+            "y": ["productive"],
+            "base": [started_at.isoformat()],
+            "x": [(until - started_at).total_seconds() * 1000],
+            "marker": {"color": COLORS["productive"], "opacity": 0.25},
+            "hoverinfo": "skip",
+        }
+    ]
+    for stage in goodput.STAGES:
+        spans = [(start, end) for start, end, name in lost if name == stage]
+        if not spans:
+            continue
+        data.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": LABELS[stage],
+                "y": [LABELS[stage]] * len(spans),
+                "base": [start.isoformat() for start, _ in spans],
+                "x": [(end - start).total_seconds() * 1000 for start, end in spans],
+                "marker": {"color": COLORS[stage]},
+                "customdata": [round((end - start).total_seconds() / 60, 1) for start, end in spans],
+                "hovertemplate": f"{LABELS[stage]}: %{{customdata}} min from %{{base|%Y-%m-%d %H:%M}}<extra></extra>",
+            }
+        )
+    if faults:
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "faults",
+                "x": [f["at"].isoformat() for f in faults],
+                "y": ["faults"] * len(faults),
+                "text": [f["label"] for f in faults],
+                "marker": {"symbol": "x", "size": 9, "color": COLORS["detection"]},
+                "hovertemplate": "%{text}<br>%{x|%Y-%m-%d %H:%M}<extra></extra>",
+            }
+        )
+    return {
+        "data": data,
+        "layout": _layout(
+            barmode="overlay", height=320, xaxis={"type": "date"}, yaxis={"autorange": "reversed"}, showlegend=False
+        ),
+    }
+
+
+def advisor_curve(advice: advisor.Advice) -> dict:
+    """Expected waste (%) against the checkpoint interval (minutes), with Young, Daly, the current interval
+    and the floor marked."""
+    taus = [tau / 60 for tau, _ in advice.curve]
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "expected waste W(τ)",
+            "x": taus,
+            "y": [w * 100 for _, w in advice.curve],
+            "line": {"color": COLORS["checkpoint"]},
+            "hovertemplate": "τ = %{x:.1f} min: %{y:.2f}%<extra></extra>",
+        }
+    ]
+    marks = [
+        ("Young", advice.young_s, advice.waste_at_young, "#2da44e"),
+        ("Daly", advice.daly_s, advice.waste_at_daly, "#8250df"),
+    ]
+    if advice.current_s:
+        marks.append(("current", advice.current_s, advice.waste_at_current, "#cf222e"))
+    for name, tau, w, color in marks:
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers+text",
+                "name": name,
+                "x": [tau / 60],
+                "y": [w * 100],
+                "text": [name],
+                "textposition": "top center",
+                "marker": {"size": 10, "color": color},
+                "hovertemplate": f"{name}: τ = %{{x:.1f}} min, waste %{{y:.2f}}%<extra></extra>",
+            }
+        )
+    floor_line = {
+        "type": "line",
+        "xref": "paper",
+        "x0": 0,
+        "x1": 1,
+        "y0": advice.floor * 100,
+        "y1": advice.floor * 100,
+        "line": {"dash": "dot", "color": "#6b7785"},
+    }
+    return {
+        "data": data,
+        "layout": _layout(
+            height=320,
+            xaxis={"type": "log", "title": {"text": "checkpoint interval τ (minutes)"}},
+            yaxis={"title": {"text": "expected waste (% of wall-clock)"}, "rangemode": "tozero"},
+            shapes=[floor_line],
+            annotations=[
+                {
+                    "xref": "paper",
+                    "x": 1,
+                    "y": advice.floor * 100,
+                    "text": "floor",
+                    "showarrow": False,
+                    "yanchor": "bottom",
+                    "xanchor": "right",
+                }
+            ],
+            showlegend=False,
+        ),
+    }
+
+
+def daily_goodput(daily: list[tuple[date, goodput.Breakdown]]) -> dict:
+    """Per day, the share of wall-clock that was productive and each badput stage (stacked to 100%)."""
+    days = [day.isoformat() for day, _ in daily]
+
+    def share(b: goodput.Breakdown, seconds: float) -> float:
+        return round(100 * seconds / b.wall_clock_s, 3) if b.wall_clock_s else 0
+
+    data = []
+    for name in ("productive", *goodput.STAGES):
+        values = [share(b, b.productive_s if name == "productive" else b.stages_s[name]) for _, b in daily]
+        if any(values):
+            data.append(
+                {
+                    "type": "bar",
+                    "name": LABELS[name],
+                    "x": days,
+                    "y": values,
+                    "marker": {"color": COLORS[name]},
+                    "hovertemplate": f"%{{x}} {LABELS[name]}: %{{y:.1f}}%<extra></extra>",
+                }
+            )
+    return {
+        "data": data,
+        "layout": _layout(barmode="stack", height=300, yaxis={"title": {"text": "% of wall-clock"}, "range": [0, 100]}),
+    }
+
+
+def goodput_by_run(by_run: list[tuple[str, goodput.Breakdown]]) -> dict:
+    names = [name for name, _ in by_run]
+    return {
+        "data": [
+            {
+                "type": "bar",
+                "x": names,
+                "y": [round(b.goodput * 100, 2) for _, b in by_run],
+                "marker": {"color": COLORS["productive"]},
+                "hovertemplate": "%{x}: %{y:.1f}%<extra></extra>",
+            }
+        ],
+        "layout": _layout(height=280, yaxis={"title": {"text": "goodput (%)"}, "range": [0, 100]}),
+    }
+
+
+def lost_by_cause(lost: dict[str, float]) -> dict:
+    """GPU-hours lost by root cause, largest at the top."""
+    ranked = sorted(lost.items(), key=lambda item: item[1])
+    return {
+        "data": [
+            {
+                "type": "bar",
+                "orientation": "h",
+                "y": [cause_label(c) for c, _ in ranked],
+                "x": [round(h, 2) for _, h in ranked],
+                "marker": {"color": COLORS["detection"]},
+                "hovertemplate": "%{y}: %{x:.1f} GPU-h<extra></extra>",
+            }
+        ],
+        "layout": _layout(
+            height=max(200, 28 * len(ranked) + 60),
+            margin={"l": 200, "r": 20, "t": 10, "b": 40},
+            xaxis={"title": {"text": "GPU-hours lost"}},
+        ),
+    }

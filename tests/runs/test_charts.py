@@ -1,0 +1,54 @@
+"""Plotly figures are plain data: check what they would draw."""
+
+from datetime import UTC, date, datetime, timedelta
+
+from runs import charts
+from runs.domain import advisor, goodput
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def test_the_goodput_bar_stacks_productive_and_each_nonzero_stage_in_hours():
+    figure = charts.goodput_bar(goodput.Breakdown(wall_clock_s=7200, productive_s=5400, detection_s=1800))
+    assert [(t["name"], t["x"]) for t in figure["data"]] == [("productive", [1.5]), ("detection", [0.5])]
+    assert figure["layout"]["barmode"] == "stack"
+
+
+def test_the_timeline_draws_each_lost_span_at_its_time_and_marks_faults():
+    lost = [
+        (T0 + timedelta(minutes=45), T0 + timedelta(minutes=46), "detection"),
+        (T0 + timedelta(minutes=30), T0 + timedelta(minutes=45), "rewound"),
+    ]
+    figure = charts.run_timeline(
+        started_at=T0,
+        until=T0 + timedelta(hours=2),
+        lost=lost,
+        faults=[{"at": T0 + timedelta(minutes=45), "label": "#1 Faulty GPU"}],
+    )
+    by_name = {t["name"]: t for t in figure["data"]}
+    assert by_name["detection"]["base"] == ["2026-03-01T00:45:00+00:00"] and by_name["detection"]["x"] == [60_000]
+    assert by_name["rewound work"]["x"] == [900_000]
+    assert by_name["productive"]["x"] == [7_200_000]
+    assert by_name["faults"]["text"] == ["#1 Faulty GPU"]
+
+
+def test_the_advisor_curve_marks_young_daly_current_and_the_floor():
+    advice = advisor.advise(delta_s=60, mtbf_s=3 * 3600, restart_s=600, current_s=3600)
+    figure = charts.advisor_curve(advice)
+    marks = {t["name"]: t for t in figure["data"] if t["mode"] == "markers+text"}
+    assert set(marks) == {"Young", "Daly", "current"}
+    assert round(marks["Young"]["x"][0], 2) == 18.97  # DOMAIN.md section 3: sqrt(2 * 1 * 180) minutes
+    assert figure["layout"]["shapes"][0]["y0"] == advice.floor * 100
+    assert figure["layout"]["xaxis"]["type"] == "log"
+
+
+def test_daily_shares_stack_to_one_hundred_percent():
+    day = goodput.Breakdown(wall_clock_s=86400, productive_s=86400 - 1800, detection_s=600, rewound_s=1200)
+    figure = charts.daily_goodput([(date(2026, 3, 1), day)])
+    assert [t["name"] for t in figure["data"]] == ["productive", "detection", "rewound work"]
+    assert round(sum(t["y"][0] for t in figure["data"]), 6) == 100
+
+
+def test_lost_by_cause_lists_the_biggest_last_for_the_top_of_a_horizontal_bar():
+    figure = charts.lost_by_cause({"faulty_gpu": 10.0, "gpu_hbm3": 25.0, "nic": 1.0})
+    assert figure["data"][0]["y"] == ["NIC", "Faulty GPU", "GPU HBM3 memory"]
