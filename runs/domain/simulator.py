@@ -31,6 +31,7 @@ Times are float seconds from `config.start` inside; the events carry RFC 3339 UT
 import heapq
 import math
 import random
+import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ STEP_EVENT_S = 60.0  # one run.step event per minute of training, whatever the s
 # DOMAIN.md section 2: a 70B model's full training state is about 1.13 TB, a 405B model's about 6.5 TB.
 CHECKPOINT_BYTES_PER_PARAM = 16
 SPARE_POOL_TARGET = 0.99  # spares cover the nodes in repair at least this often (DOMAIN.md section 5)
+# The event schema's rule for names (docs/EVENTS.md); node names add 6 characters to the cluster's.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,193}$")
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,9 @@ class SimulationConfig:
     repair: Triangular = _hours(12, 48, 132)
     burn_in: Triangular = _hours(2, 4, 8)
     spare_nodes: int | None = None
+    # A run.completed at the end: a finished run's goodput and failure rate stop at its end. False leaves it
+    # running, for a live demo that ends now; a past run left running would count every day since as training.
+    completes: bool = True
     cluster: str = "sim-cluster"
     run: str = "llama3-405b-sim"
     source: str = "fleetops/simulator"
@@ -126,6 +132,11 @@ class SimulationConfig:
             raise ValueError(f"gpus must be a positive multiple of gpus_per_node ({self.gpus_per_node})")
         if self.days <= 0 or self.rate_per_gpu_hour < 0 or self.checkpoint_interval_s <= 0 or self.step_s <= 0:
             raise ValueError("days, checkpoint_interval_s and step_s must be positive, rate_per_gpu_hour >= 0")
+        for name in ("cluster", "run"):
+            if not _NAME.match(getattr(self, name)):
+                raise ValueError(
+                    f"{name} must be 1-194 letters, digits, '.', '_', ':' or '-', starting with one of the first two"
+                )
         if (self.planned_stops or 0) < 0 or (self.spare_nodes or 0) < 0 or self.model_params < 1:
             raise ValueError("planned_stops and spare_nodes must be >= 0, model_params >= 1")
 
@@ -375,10 +386,16 @@ class _Simulation:
             at = self._fault(stop.at) if stop.kind == "fault" else self._planned_stop(stop.at)
             yield from self._flush(min(at, end))
         self._fleet_at_end()
+        if self.c.completes:
+            self._push(end, "run.completed", run=self.c.run)
         yield from self._flush(end)
 
     def _train(self, start: float) -> _Stop:
-        """Train from `start` until a fault, a due planned stop or the end: a step event a minute, checkpoints."""
+        """Train from `start` until a fault, a due planned stop or the end; returns the stop.
+
+        A step event each minute of training carries the last step done. A checkpoint starts at the first step
+        event at or after each `checkpoint_interval_s` of training (so an interval rounds up to whole minutes).
+        """
         c, rng = self.c, self.rng
         fault_at = start + rng.expovariate(self.hazard) if self.hazard > 0 else math.inf
         limit = min(fault_at, c.duration_s)
