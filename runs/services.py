@@ -180,10 +180,10 @@ def _checkpoint(event: Event) -> Checkpoint:
 
 
 def _apply_checkpoint_started(event: Event) -> None:
+    # The latest start wins: a write lost to a fault is taken again at the same step after the restart,
+    # and it is the retry whose blocking the completion reports.
     checkpoint = _checkpoint(event)
-    Checkpoint.objects.filter(pk=checkpoint.pk).filter(
-        Q(started_at__isnull=True) | Q(started_at__gt=event.time)
-    ).update(started_at=event.time)
+    Checkpoint.objects.filter(pk=checkpoint.pk).filter(_newer("started_at", event.time)).update(started_at=event.time)
 
 
 def _apply_checkpoint_completed(event: Event) -> None:

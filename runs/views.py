@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 from django.contrib.auth.decorators import login_required
+from django.db.models import Count
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.views.decorators.vary import vary_on_headers
@@ -39,7 +40,8 @@ def run_detail(request, name):
     now = timezone.now()
     context = {
         "run": run,
-        "attempts": run.attempts.prefetch_related("nodes").order_by("-number"),
+        "attempts": run.attempts.annotate(node_count=Count("nodes")).order_by("-number")[:20],
+        "attempt_count": run.attempts.count(),
         "checkpoints": run.checkpoints.order_by("-step")[:20],
         **_goodput_context(run, now),
         **_advisor_context(run, now, form=None),

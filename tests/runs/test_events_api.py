@@ -202,3 +202,20 @@ def test_it_refuses_other_content_types(writer):
 def test_it_rejects_a_bad_content_length(writer):
     response = writer.generic("POST", URL, b"[]", content_type=BATCH, CONTENT_LENGTH="lots")
     assert response.status_code == 400 and "Content-Length" in response.json()["detail"]
+
+
+def test_a_checkpoint_retried_after_a_lost_write_blocks_from_the_retry(writer, django_capture_on_commit_callbacks):
+    from runs.models import Checkpoint
+
+    events = [
+        event("checkpoint.started", at(10), "c1", run="r9", step=100),
+        event("checkpoint.failed", at(11), "c2", run="r9", step=100, reason="node lost mid-write"),
+        event("checkpoint.started", at(40), "c3", run="r9", step=100),
+        event("checkpoint.completed", at(40, 30), "c4", run="r9", step=100, blocking_s=30.0, bytes=1, tier="durable"),
+    ]
+    for batch in (events, events[::-1]):
+        Event.objects.all().delete(), Run.objects.all().delete()
+        with django_capture_on_commit_callbacks(execute=True):
+            post(writer, batch)
+        checkpoint = Checkpoint.objects.get(run__name="r9", step=100)
+        assert (checkpoint.status, checkpoint.started_at, checkpoint.failure_reason) == ("completed", at(40), "")
