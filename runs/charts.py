@@ -58,7 +58,9 @@ def goodput_bar(total: goodput.Breakdown) -> dict:
     ]
     return {
         "data": data,
-        "layout": _layout(barmode="stack", height=150, xaxis={"title": {"text": "hours"}}, yaxis={"visible": False}),
+        "layout": _layout(
+            barmode="stack", height=110, xaxis={"title": {"text": "hours"}}, yaxis={"visible": False}, showlegend=False
+        ),
     }
 
 
@@ -114,7 +116,12 @@ def run_timeline(
     return {
         "data": data,
         "layout": _layout(
-            barmode="overlay", height=320, xaxis={"type": "date"}, yaxis={"autorange": "reversed"}, showlegend=False
+            barmode="overlay",
+            height=320,
+            margin={"l": 130, "r": 20, "t": 10, "b": 40},
+            xaxis={"type": "date"},
+            yaxis={"autorange": "reversed"},
+            showlegend=False,
         ),
     }
 
@@ -134,13 +141,14 @@ def advisor_curve(advice: advisor.Advice) -> dict:
             "hovertemplate": "τ = %{x:.1f} min: %{y:.2f}%<extra></extra>",
         }
     ]
+    # Young and Daly often sit close together: one is labelled below its point, the other above.
     marks = [
-        ("Young", advice.young_s, advice.waste_at_young, "#2da44e"),
-        ("Daly", advice.daly_s, advice.waste_at_daly, "#8250df"),
+        ("Young", advice.young_s, advice.waste_at_young, "#2da44e", "bottom center"),
+        ("Daly", advice.daly_s, advice.waste_at_daly, "#8250df", "top center"),
     ]
     if advice.current_s:
-        marks.append(("current", advice.current_s, advice.waste_at_current, "#cf222e"))
-    for name, tau, w, color in marks:
+        marks.append(("current", advice.current_s, advice.waste_at_current, "#cf222e", "top center"))
+    for name, tau, w, color, position in marks:
         data.append(
             {
                 "type": "scatter",
@@ -149,7 +157,7 @@ def advisor_curve(advice: advisor.Advice) -> dict:
                 "x": [tau / 60],
                 "y": [w * 100],
                 "text": [name],
-                "textposition": "top center",
+                "textposition": position,
                 "marker": {"size": 10, "color": color},
                 "hovertemplate": f"{name}: τ = %{{x:.1f}} min, waste %{{y:.2f}}%<extra></extra>",
             }

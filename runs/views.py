@@ -106,8 +106,8 @@ def _round(value):
 
 @login_required
 def fleet(request):
-    form = WindowForm(request.GET)
-    days = (form.is_valid() and form.cleaned_data["days"]) or 30
+    form = WindowForm(request.GET or None, initial={"days": 30})
+    days = form.cleaned_data["days"] if form.is_bound and form.is_valid() and form.cleaned_data["days"] else 30
     now = timezone.now()
     report = selectors.fleet_goodput_get(since=now - timedelta(days=days), until=now, now=now)
     context = {
