@@ -146,6 +146,9 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RunStateEnum": "runs.domain.lifecycle.RUN_STATES",
         "NodeStateEnum": "runs.domain.cloudevents.NODE_STATE_CHOICES",
+        "CheckpointStatusEnum": "runs.models.CHECKPOINT_STATUS_CHOICES",
+        "IncidentStatusEnum": "incidents.models.INCIDENT_STATUS_CHOICES",
+        "AlertStatusEnum": "incidents.models.ALERT_STATUS_CHOICES",
     },
 }
 
@@ -164,6 +167,12 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     # Safety net: applies events whose task was lost (broker restart, worker killed before ack).
     "apply-pending-events": {"task": "runs.tasks.apply_pending_events", "schedule": 60.0},
+    "detect-pending": {"task": "incidents.tasks.detect_pending", "schedule": 60.0},
+    "watch-hangs": {"task": "incidents.tasks.watch_hangs", "schedule": 60.0},
+    "watch-heartbeats": {"task": "incidents.tasks.watch_heartbeats", "schedule": 60.0},
+    "detect-stragglers": {"task": "incidents.tasks.detect_stragglers", "schedule": 300.0},
+    "detect-sdc": {"task": "incidents.tasks.detect_sdc", "schedule": 300.0},
+    "detect-lemons": {"task": "incidents.tasks.detect_lemons", "schedule": 3600.0},
 }
 
 # --- Production hardening (check --deploy) ---
@@ -186,3 +195,24 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# --- Detection and incidents ---
+# Alerts from one switch or rack within this many seconds group into one incident.
+INCIDENT_GROUP_WINDOW_S = env.int("INCIDENT_GROUP_WINDOW_S", default=900)
+# Hang watchdog: no step for longer than max(k x the usual step interval, the floor) is a hang.
+HANG_K = env.float("HANG_K", default=10.0)
+HANG_FLOOR_S = env.float("HANG_FLOOR_S", default=600.0)
+# Identical Xids on one GPU closer together than this are one fault (a storm), counted, alerted once.
+XID_DEDUPE_WINDOW_S = env.float("XID_DEDUPE_WINDOW_S", default=300.0)
+HEARTBEAT_TIMEOUT_S = env.float("HEARTBEAT_TIMEOUT_S", default=300.0)
+RETIRED_PAGES_THRESHOLD = env.int("RETIRED_PAGES_THRESHOLD", default=60)
+GPU_SLOWDOWN_C = env.float("GPU_SLOWDOWN_C", default=87.0)
+STRAGGLER_THRESHOLD_MADS = env.float("STRAGGLER_THRESHOLD_MADS", default=3.5)
+STRAGGLER_WINDOW_S = env.float("STRAGGLER_WINDOW_S", default=300.0)
+STRAGGLER_CONSECUTIVE = env.int("STRAGGLER_CONSECUTIVE", default=3)
+SDC_REL_TOLERANCE = env.float("SDC_REL_TOLERANCE", default=0.05)
+SDC_REPEATS = env.int("SDC_REPEATS", default=3)
+LEMON_WINDOW_S = env.float("LEMON_WINDOW_S", default=7 * 86400.0)
+LEMON_THRESHOLD = env.int("LEMON_THRESHOLD", default=3)
+# What a GPU-hour costs, for the incident's cost per minute.
+GPU_HOUR_COST_USD = env.float("GPU_HOUR_COST_USD", default=2.5)

@@ -5,6 +5,7 @@ from django.urls import include, path
 urlpatterns = [
     path("", include("runs.urls")),
     path("api/v1/", include("runs.api.urls")),
+    path("api/v1/", include("incidents.api.urls")),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

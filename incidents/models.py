@@ -1,1 +1,139 @@
-# Incidents, their grouping and playbook executions arrive with the detection issue.
+"""Incidents, the alerts attached to them, and the append-only timeline that is also the audit log."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+
+from runs.models import GPU, Node, Run
+
+
+class Incident(models.Model):
+    class Status(models.TextChoices):
+        TRIGGERED = "triggered"
+        ACKNOWLEDGED = "acknowledged"
+        MITIGATED = "mitigated"  # the run trains again
+        RESOLVED = "resolved"
+        CLOSED = "closed"  # after the postmortem
+
+    class Severity(models.TextChoices):
+        SEV1 = "SEV1"
+        SEV2 = "SEV2"
+        SEV3 = "SEV3"
+        SEV4 = "SEV4"
+
+    OPEN = (Status.TRIGGERED, Status.ACKNOWLEDGED, Status.MITIGATED)
+
+    title = models.CharField(max_length=300)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.TRIGGERED)
+    severity = models.CharField(max_length=4, choices=Severity.choices, default=Severity.SEV4)
+    severity_overridden = models.BooleanField(default=False, help_text="Set by a person: impact no longer moves it.")
+    # What the grouped alerts have in common: run:<name>, rack:<rack>, switch:<switch> or node:<hostname>.
+    group_key = models.CharField(max_length=300)
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="incidents")
+    nodes = models.ManyToManyField(Node, blank=True, related_name="incidents")
+    recommended_action = models.CharField(max_length=200, blank=True)
+    started_at = models.DateTimeField(help_text="When the impact began (the earliest fault).")
+    detected_at = models.DateTimeField(help_text="When FleetOps noticed.")
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    mitigated_at = models.DateTimeField(null=True, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    commander = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="commanded_incidents"
+    )
+    assignees = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="assigned_incidents")
+
+    class Meta:
+        ordering = ["-started_at"]
+        constraints = [
+            # Grouping is enforced here, not by a lock in memory: one open incident per group.
+            models.UniqueConstraint(
+                fields=["group_key"],
+                condition=Q(status__in=["triggered", "acknowledged", "mitigated"]),
+                name="incident_one_open_per_group",
+            )
+        ]
+        indexes = [models.Index(fields=["status", "severity"])]
+
+    def __str__(self):
+        return f"#{self.pk} {self.title}"
+
+    def get_absolute_url(self):
+        return reverse("incident-page", args=[self.pk])
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in self.OPEN
+
+
+class Alert(models.Model):
+    class Status(models.TextChoices):
+        FIRING = "firing"
+        RESOLVED = "resolved"
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="alerts")
+    fingerprint = models.CharField(max_length=300)
+    kind = models.CharField(max_length=40)  # xid, ecc, gpu_health, hang, heartbeat, node_state, run_failed, ...
+    severity = models.CharField(max_length=10)  # critical, error, warning, info
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.FIRING)
+    summary = models.CharField(max_length=500)
+    explanation = models.TextField(blank=True, help_text="Why the detector decided this, in words.")
+    recommended_action = models.CharField(max_length=200, blank=True)
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="alerts")
+    gpu = models.ForeignKey(GPU, null=True, blank=True, on_delete=models.SET_NULL, related_name="alerts")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="alerts")
+    evidence = models.JSONField(default=dict, blank=True)
+    count = models.PositiveIntegerField(default=1, help_text="Occurrences folded into this alert (a storm is one).")
+    first_seen_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-last_seen_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["fingerprint"], condition=Q(status="firing"), name="alert_one_firing_per_fingerprint"
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.fingerprint} x{self.count}"
+
+
+class TimelineEntry(models.Model):
+    """Append-only: every action and automatic step on an incident, who did it and when; also the audit log."""
+
+    class Kind(models.TextChoices):
+        OPENED = "opened"
+        ALERT = "alert"
+        ACKNOWLEDGED = "acknowledged"
+        ASSIGNED = "assigned"
+        ESCALATED = "escalated"
+        NOTE = "note"
+        SEVERITY = "severity"
+        MITIGATED = "mitigated"
+        RESOLVED = "resolved"
+        REOPENED = "reopened"
+        CLOSED = "closed"
+        REFUSED = "refused"  # an action someone was not allowed to take
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="timeline")
+    at = models.DateTimeField()
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    actor_name = models.CharField(max_length=200, help_text="Who: a username, 'token:<name>' or 'FleetOps'.")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    text = models.TextField()
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        verbose_name_plural = "timeline entries"
+
+    def __str__(self):
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.kind}"
+
+
+# For the OpenAPI schema's enum names (settings.SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]).
+INCIDENT_STATUS_CHOICES = Incident.Status.choices
+ALERT_STATUS_CHOICES = Alert.Status.choices

@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
-from .domain.cloudevents import CHECKPOINT_TIERS, NODE_STATE_CHOICES
+from .domain.cloudevents import CHECKPOINT_TIERS, INTERRUPTION_KINDS, NODE_STATE_CHOICES
 from .domain.taxonomy import CAUSES, cause_group
 
 
@@ -158,6 +158,7 @@ class Interruption(models.Model):
     resumed_from_step = models.PositiveBigIntegerField(null=True, blank=True)
     cause = models.CharField(max_length=40, choices=CAUSES, default="unknown")
     planned = models.BooleanField(default=False)
+    kind = models.CharField(max_length=10, choices=[(k, k) for k in INTERRUPTION_KINDS], default="crash")
     reason = models.CharField(max_length=1000, blank=True)
     node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="interruptions")
     gpu = models.ForeignKey(GPU, null=True, blank=True, on_delete=models.SET_NULL, related_name="interruptions")
@@ -224,6 +225,8 @@ class Event(models.Model):
     run_name = models.CharField(max_length=200, blank=True)
     node_name = models.CharField(max_length=200, blank=True)
     applied_at = models.DateTimeField(null=True, blank=True)
+    # Claimed by the detectors (incidents.detection) once they have looked at it: each event counts once.
+    detected_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
 
     class Meta:
@@ -245,6 +248,7 @@ class ApiToken(models.Model):
     class Scope(models.TextChoices):
         EVENTS_WRITE = "events:write"
         READ = "read"
+        INCIDENTS_WRITE = "incidents:write"
 
     PREFIX = "fo_"
 
@@ -278,3 +282,7 @@ class ApiToken(models.Model):
 
     def has_scope(self, scope: str) -> bool:
         return scope in self.scopes
+
+
+# For the OpenAPI schema's enum names (settings.SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]).
+CHECKPOINT_STATUS_CHOICES = Checkpoint.Status.choices

@@ -363,6 +363,7 @@ def _sync_interruptions(run, derived: list[lifecycle.Interruption], attempts, no
             "resumed_from_step": i.resumed_from_step,
             "cause": i.cause,
             "planned": i.planned,
+            "kind": i.kind,
             "reason": i.reason[:1000],
             "node": nodes.get(i.node) if i.node else None,
             "gpu": gpu,

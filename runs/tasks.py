@@ -13,7 +13,12 @@ from . import services
     max_retries=5,
 )
 def apply_events(event_ids: list[int]) -> int:
-    return services.events_apply(event_ids=event_ids)
+    applied = services.events_apply(event_ids=event_ids)
+    # The detectors look at the events next (incidents.tasks); they claim each event, so a repeat is harmless.
+    from incidents.tasks import detect_events
+
+    detect_events.delay(event_ids)
+    return applied
 
 
 @shared_task(acks_late=True)

@@ -4,6 +4,8 @@ from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
+from fleetops.roles import can_act
+
 from ..models import ApiToken
 
 
@@ -38,9 +40,11 @@ class _Scope(permissions.BasePermission):
                 self.message = f"This token lacks the '{self.scope}' scope."
                 return False
             return True
-        # Staff signed in to the web console may read the API from the browser.
+        # People signed in to the web console: everyone reads, on-call engineers act on incidents.
         user = request.user
         if user is not None and user.is_authenticated:
+            if self.scope == ApiToken.Scope.INCIDENTS_WRITE:
+                return can_act(user)
             return self.scope == ApiToken.Scope.READ
         raise exceptions.NotAuthenticated("An API token is required: 'Authorization: Bearer <token>'.")
 
@@ -51,6 +55,10 @@ class ReadScope(_Scope):
 
 class EventsWriteScope(_Scope):
     scope = ApiToken.Scope.EVENTS_WRITE
+
+
+class IncidentsWriteScope(_Scope):
+    scope = ApiToken.Scope.INCIDENTS_WRITE
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):

@@ -64,6 +64,7 @@ class InterruptionSerializer(serializers.ModelSerializer):
             "cause_label",
             "cause_group",
             "planned",
+            "kind",
             "reason",
             "node",
             "gpu",

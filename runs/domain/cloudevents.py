@@ -16,6 +16,7 @@ SPECVERSION = "1.0"
 NODE_STATES = ("in_service", "suspect", "cordoned", "draining", "in_repair", "burn_in", "hot_spare", "retired")
 NODE_STATE_CHOICES = [(state, state.replace("_", " ")) for state in NODE_STATES]
 CHECKPOINT_TIERS = ("memory", "local", "durable")
+INTERRUPTION_KINDS = ("crash", "hang")  # a hang is found by the watchdog: no step for too long
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
@@ -169,6 +170,7 @@ SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
         "category": (_choice(_CAUSES), False),
         "detected_at": (parse_time, False),
         "planned": (_bool, False),
+        "kind": (_choice(INTERRUPTION_KINDS), False),
     },
     "run.restored": {"run": (_name, True), "from_step": (_step, True)},
     "run.completed": {"run": (_name, True)},

@@ -51,6 +51,7 @@ class Interruption:
     cause: str
     planned: bool
     reason: str
+    kind: str = "crash"  # crash or hang
     node: str | None = None
     gpu: int | None = None
     xid: int | None = None
@@ -152,6 +153,7 @@ def _interruption(number: int, event: LifecycleEvent, attempt: Attempt | None) -
         cause=infer_cause(category=data.get("category"), xid=data.get("xid"), planned=planned).value,
         planned=planned,
         reason=data["reason"],
+        kind=data.get("kind", "crash"),
         node=data.get("node"),
         gpu=data.get("gpu"),
         xid=data.get("xid"),

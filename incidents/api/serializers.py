@@ -1,0 +1,103 @@
+from django.utils import timezone
+from rest_framework import serializers
+
+from .. import selectors
+from ..models import Alert, Incident, TimelineEntry
+
+
+class ImpactSerializer(serializers.Serializer):
+    gpus_idle = serializers.IntegerField()
+    gpu_hours_lost = serializers.FloatField()
+    goodput_lost = serializers.FloatField(help_text="Fraction points of the run's goodput.")
+    rewound_min = serializers.FloatField()
+    gpu_hours_per_minute = serializers.FloatField()
+    cost_per_minute_usd = serializers.FloatField()
+
+
+class IncidentSerializer(serializers.ModelSerializer):
+    run = serializers.CharField(source="run.name", allow_null=True, read_only=True)
+    nodes = serializers.SlugRelatedField(slug_field="hostname", many=True, read_only=True)
+    commander = serializers.CharField(source="commander.username", allow_null=True, read_only=True)
+    assignees = serializers.SlugRelatedField(slug_field="username", many=True, read_only=True)
+    alerts = serializers.SerializerMethodField()
+    impact = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Incident
+        fields = [
+            "id",
+            "title",
+            "status",
+            "severity",
+            "severity_overridden",
+            "group_key",
+            "run",
+            "nodes",
+            "recommended_action",
+            "started_at",
+            "detected_at",
+            "acknowledged_at",
+            "mitigated_at",
+            "resolved_at",
+            "closed_at",
+            "commander",
+            "assignees",
+            "alerts",
+            "impact",
+        ]
+
+    def get_alerts(self, obj) -> dict:
+        alerts = list(obj.alerts.values_list("fingerprint", "count", "status"))
+        return {
+            "count": sum(count for _, count, _ in alerts),
+            "firing": sum(1 for _, _, state in alerts if state == "firing"),
+            "fingerprints": sorted({fingerprint for fingerprint, _, _ in alerts}),
+        }
+
+    def get_impact(self, obj) -> ImpactSerializer:
+        return ImpactSerializer(selectors.incident_impact(incident=obj, now=timezone.now())).data
+
+
+class AlertSerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="node.hostname", allow_null=True, read_only=True)
+    gpu = serializers.IntegerField(source="gpu.index", allow_null=True, read_only=True)
+
+    class Meta:
+        model = Alert
+        fields = [
+            "fingerprint",
+            "kind",
+            "severity",
+            "status",
+            "summary",
+            "explanation",
+            "recommended_action",
+            "node",
+            "gpu",
+            "count",
+            "first_seen_at",
+            "last_seen_at",
+            "resolved_at",
+            "evidence",
+        ]
+
+
+class TimelineEntrySerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor_name")
+
+    class Meta:
+        model = TimelineEntry
+        fields = ["at", "actor", "kind", "text", "data"]
+
+
+class IncidentDetailSerializer(IncidentSerializer):
+    alert_list = AlertSerializer(source="alerts", many=True, read_only=True)
+    timeline = serializers.SerializerMethodField()
+
+    class Meta(IncidentSerializer.Meta):
+        fields = [*IncidentSerializer.Meta.fields, "alert_list", "timeline"]
+
+    def get_timeline(self, obj) -> list[dict]:
+        # Refusals are audit entries: kept, but not part of the story the timeline tells.
+        entries = obj.timeline.exclude(kind=TimelineEntry.Kind.REFUSED).order_by("at", "id")
+        return TimelineEntrySerializer(entries, many=True).data

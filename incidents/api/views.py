@@ -1,0 +1,118 @@
+"""The incidents API: list and read incidents, act on them (tools, chat bots), response metrics."""
+
+from datetime import timedelta
+
+import django_filters
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework import exceptions, serializers, status, viewsets
+from rest_framework.decorators import action, api_view
+from rest_framework.response import Response
+
+from runs.api.auth import IncidentsWriteScope
+from runs.models import ApiToken
+
+from .. import selectors, services
+from ..models import Incident
+from .serializers import IncidentDetailSerializer, IncidentSerializer
+
+
+class IncidentFilter(django_filters.FilterSet):
+    run = django_filters.CharFilter(field_name="run__name")
+    node = django_filters.CharFilter(field_name="nodes__hostname", distinct=True)
+
+    class Meta:
+        model = Incident
+        fields = ["status", "severity", "run", "node"]
+
+
+def actor_of(request) -> services.Actor:
+    if isinstance(request.auth, ApiToken):
+        return services.Actor.of_token(request.auth)
+    return services.Actor.of_user(request.user)
+
+
+class NoteBody(serializers.Serializer):
+    text = serializers.CharField(max_length=10_000)
+
+
+class ResolveBody(serializers.Serializer):
+    override_reason = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class IncidentViewSet(viewsets.ReadOnlyModelViewSet):
+    """Incidents, most severe and newest first; acting needs the incidents:write scope or the oncall role."""
+
+    filterset_class = IncidentFilter
+
+    def get_queryset(self):
+        return selectors.incidents_list().prefetch_related("nodes", "assignees")
+
+    def get_serializer_class(self):
+        return IncidentDetailSerializer if self.action != "list" else IncidentSerializer
+
+    def _act(self, request, pk, name, service, **kwargs):
+        incident = get_object_or_404(Incident, pk=pk)
+        if not IncidentsWriteScope().has_permission(request, self):
+            services.action_refused(incident=incident, actor=actor_of(request), action=name)
+            raise exceptions.PermissionDenied(
+                f"You may not {name} incidents (needs incidents:write or the oncall role)."
+            )
+        try:
+            service(incident=incident, actor=actor_of(request), **kwargs)
+        except services.IncidentError as error:
+            return Response({"detail": str(error)}, status=status.HTTP_409_CONFLICT)
+        incident = self.get_queryset().get(pk=pk)
+        return Response(IncidentDetailSerializer(incident, context={"request": request}).data)
+
+    @extend_schema(request=None, responses=IncidentDetailSerializer)
+    @action(detail=True, methods=["post"], permission_classes=[], filterset_class=None)
+    def acknowledge(self, request, pk=None):
+        return self._act(request, pk, "acknowledge", services.incident_acknowledge)
+
+    @extend_schema(request=ResolveBody, responses=IncidentDetailSerializer)
+    @action(detail=True, methods=["post"], permission_classes=[], filterset_class=None)
+    def resolve(self, request, pk=None):
+        body = ResolveBody(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._act(request, pk, "resolve", services.incident_resolve, **body.validated_data)
+
+    @extend_schema(request=NoteBody, responses=IncidentDetailSerializer)
+    @action(detail=True, methods=["post"], permission_classes=[], filterset_class=None)
+    def notes(self, request, pk=None):
+        body = NoteBody(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._act(request, pk, "add notes to", services.incident_note_add, text=body.validated_data["text"])
+
+    def get_permissions(self):
+        if self.action in ("acknowledge", "resolve", "notes"):
+            return [_Authenticated()]  # the scope check happens in _act, so a refusal can be audited
+        return super().get_permissions()
+
+
+class _Authenticated:
+    def has_permission(self, request, view):
+        if request.auth is None and not (request.user and request.user.is_authenticated):
+            raise exceptions.NotAuthenticated("An API token is required: 'Authorization: Bearer <token>'.")
+        return True
+
+    def has_object_permission(self, request, view, obj):
+        return True
+
+
+class WindowQuery(serializers.Serializer):
+    since = serializers.DateTimeField(required=False)
+    until = serializers.DateTimeField(required=False)
+
+
+@extend_schema(parameters=[WindowQuery], responses=dict, summary="MTTD, MTTA, MTTM, MTTR over a window")
+@api_view(["GET"])
+def response_metrics(request):
+    query = WindowQuery(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    until = query.validated_data.get("until", timezone.now())
+    since = query.validated_data.get("since", until - timedelta(days=30))
+    if until <= since:
+        raise exceptions.ValidationError({"until": ["must be later than since"]})
+    return Response({"since": since, "until": until, **selectors.response_metrics_get(since=since, until=until)})

@@ -1,0 +1,338 @@
+"""Detection: applied events and periodic sweeps become findings (incidents/domain), then alerts (services).
+
+Event-driven detectors run on each applied batch (`events_detect`); the watchdogs run on the beat schedule.
+A hang is written back as a `run.failed` event of kind hang, so the record stays derived from events.
+"""
+
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from runs.domain.cloudevents import parse_events
+from runs.models import Event, Interruption, Node, Run
+from runs.services import events_ingest
+
+from . import services
+from .domain import detectors
+from .domain.detectors import Finding
+from .domain.xid import Action, XidSample, classify, dedupe_xids
+
+WATCHDOG = "fleetops/watchdog"
+DETECTOR = "fleetops/detector"
+_TAKEN_OUT = ("draining", "cordoned")
+_BACK = ("in_service", "hot_spare")
+_NODE_ALERTS = ("xid", "ecc", "gpu_health", "node_state", "heartbeat", "straggler", "sdc")
+
+
+CHUNK = 500
+
+
+def events_detect(*, event_ids: list[int]) -> int:
+    """Run the event-driven detectors over applied events; returns the findings recorded.
+
+    Each event is claimed (detected_at) in the same transaction as what it causes, so a task run twice, or
+    by two workers, counts every event once.
+    """
+    recorded = 0
+    for start in range(0, len(event_ids), CHUNK):
+        with transaction.atomic():
+            events = list(
+                Event.objects.select_for_update(skip_locked=True)
+                .filter(pk__in=event_ids[start : start + CHUNK], applied_at__isnull=False, detected_at__isnull=True)
+                .order_by("time", "id")
+            )
+            Event.objects.filter(pk__in=[e.pk for e in events]).update(detected_at=timezone.now())
+            recorded += _detect(events)
+    return recorded
+
+
+def pending_detect(*, older_than: timedelta = timedelta(seconds=30)) -> int:
+    """Detect on applied events whose detection task never ran."""
+    cutoff = timezone.now() - older_than
+    ids = list(
+        Event.objects.filter(applied_at__lt=cutoff, detected_at__isnull=True)
+        .order_by("time", "id")
+        .values_list("id", flat=True)[:10_000]
+    )
+    return events_detect(event_ids=ids)
+
+
+def _detect(events: list[Event]) -> int:
+    recorded = 0
+    samples: list[XidSample] = []
+    for event in events:
+        data = event.data
+        if event.type == "gpu.xid":
+            # A storm of identical Xids on one GPU is one fault: counted into one alert, not one alert each.
+            samples.append(XidSample(event.time, event.node_name, data["gpu"], data["xid"], data["message"]))
+        elif event.type == "run.failed":
+            recorded += _record(_run_failed(event), event.time, action=_failure_action(data))
+        elif event.type == "run.restored":
+            _run_restored(event)
+        elif event.type == "node.state":
+            recorded += _node_state(event)
+        elif event.type == "node.heartbeat":
+            node = Node.objects.filter(hostname=event.node_name).first()
+            if node is not None:
+                services.alerts_resolve(at=event.time, reason="heartbeat back", node=node, kinds=("heartbeat",))
+        elif event.type == "gpu.ecc":
+            recorded += sum(_record(f, event.time) for f in _ecc(event))
+        elif event.type == "gpu.health":
+            recorded += sum(_record(f, event.time) for f in _gpu_health(event))
+    faults = dedupe_xids(samples, window_s=settings.XID_DEDUPE_WINDOW_S)
+    first_at = {}
+    for fault in faults:
+        key = f"xid:{fault.node}:{fault.gpu}:{fault.xid}"
+        first_at[key] = min(first_at.get(key, fault.first_at), fault.first_at)
+    for finding in detectors.xids(faults):
+        if finding.action != Action.NONE:  # informational Xids are counted on the GPU, not alerted
+            recorded += _record(finding, first_at[finding.fingerprint], count=finding.count)
+    return recorded
+
+
+def _record(finding: Finding | None, at: datetime, *, count: int = 1, action: str = "") -> int:
+    if finding is None:
+        return 0
+    action = action or (finding.recommended_action if finding.action != Action.NONE else "")
+    services.finding_record(finding=finding, at=at, count=count, recommended_action=action)
+    return 1
+
+
+def _run_failed(event: Event) -> Finding:
+    data = event.data
+    kind = data.get("kind", "crash")
+    where = (
+        f" on {data['node']}" + (f" gpu{data['gpu']}" if data.get("gpu") is not None else "")
+        if data.get("node")
+        else ""
+    )
+    return Finding(
+        kind="hang" if kind == "hang" else "run_failed",
+        fingerprint=f"{'hang' if kind == 'hang' else 'run_failed'}:{event.run_name}:{event.time.isoformat()}",
+        severity="critical" if not data.get("planned") else "info",
+        summary=f"Run {event.run_name} {'hung' if kind == 'hang' else 'stopped'}{where}: {data['reason'][:200]}",
+        explanation=f"The {'watchdog' if kind == 'hang' else 'scheduler or trainer'} reported the run stopped at "
+        f"{event.time:%Y-%m-%d %H:%M:%S} UTC"
+        + (f" with Xid {data['xid']}" if data.get("xid") is not None else "")
+        + ".",
+        node=data.get("node"),
+        gpu=data.get("gpu"),
+        run=event.run_name,
+        evidence={k: v for k, v in data.items() if k in ("reason", "xid", "category", "kind", "detected_at")},
+    )
+
+
+def _failure_action(data: dict) -> str:
+    if data.get("xid") is not None:
+        return classify(data["xid"]).action.label
+    return Action.RESTART_JOB.label
+
+
+def _run_restored(event: Event) -> None:
+    run = Run.objects.filter(name=event.run_name).first()
+    if run is None:
+        return
+    text = f"Run {run.name} trains again from step {event.data['from_step']:,}"
+    services.run_mitigated(run=run, at=event.time, text=text)
+    services.alerts_resolve(at=event.time, reason="the run trains again", run=run, kinds=("run_failed", "hang"))
+
+
+def _node_state(event: Event) -> int:
+    state, node = event.data["state"], Node.objects.filter(hostname=event.node_name).first()
+    if node is not None and state in _BACK:
+        services.alerts_resolve(
+            at=event.time, reason=f"node back {state.replace('_', ' ')}", node=node, kinds=_NODE_ALERTS
+        )
+        return 0
+    if event.source in (WATCHDOG, DETECTOR):
+        return 0  # our own flag, already explained by the alert that raised it
+    return _record(detectors.node_state(node=event.node_name, state=state, reason=event.data["reason"]), event.time)
+
+
+def _previous(event: Event) -> dict | None:
+    """The same GPU's previous reading of this type, for counters that only grow."""
+    earlier = (
+        Event.objects.filter(node_name=event.node_name, type=event.type, time__lt=event.time)
+        .filter(data__gpu=event.data["gpu"])
+        .order_by("-time")
+        .values_list("data", flat=True)
+        .first()
+    )
+    return earlier
+
+
+def _ecc(event: Event) -> list[Finding]:
+    data, before = event.data, _previous(event) or {}
+    return detectors.gpu_ecc(
+        node=event.node_name,
+        gpu=data["gpu"],
+        uncorrected_delta=data["uncorrected"] - before.get("uncorrected", 0),
+        remapped_rows_failure=data.get("remapped_rows_failure", False),
+        remapped_rows_pending=data.get("remapped_rows_pending", False),
+        retired_pages=data.get("retired_pages", 0),
+        retired_pages_threshold=settings.RETIRED_PAGES_THRESHOLD,
+    )
+
+
+def _gpu_health(event: Event) -> list[Finding]:
+    data, before = event.data, _previous(event) or {}
+    return detectors.gpu_health(
+        node=event.node_name,
+        gpu=data["gpu"],
+        recovery_action=data["recovery_action"],
+        temperature_c=data["temperature_c"],
+        slowdown_c=settings.GPU_SLOWDOWN_C,
+        throttle_reasons=data["throttle_reasons"],
+        nvlink_errors_delta=max(data["nvlink_errors"] - before.get("nvlink_errors", data["nvlink_errors"]), 0),
+    )
+
+
+# --- Watchdogs on the beat schedule ---------------------------------------------------------------------
+
+
+def hangs_detect(*, now: datetime) -> int:
+    """Running runs silent for too long: written back as run.failed (kind hang), which opens the incident."""
+    found = []
+    for run in Run.objects.filter(state=Run.State.RUNNING):
+        times = list(
+            Event.objects.filter(run_name=run.name, type="run.step")
+            .order_by("-time")
+            .values_list("time", flat=True)[:21]
+        )
+        intervals = [(a - b).total_seconds() for a, b in zip(times, times[1:], strict=False)]
+        resumed = (
+            run.interruptions.filter(resumed_at__isnull=False)
+            .order_by("-resumed_at")
+            .values_list("resumed_at", flat=True)
+            .first()
+        )
+        last = max([t for t in (run.last_step_at, resumed) if t is not None], default=None)
+        started = run.attempts.order_by("-number").values_list("started_at", flat=True).first() or run.started_at
+        finding = detectors.hang(
+            run=run.name,
+            last_step_at=last,
+            started_at=started,
+            step_intervals_s=intervals,
+            now=now,
+            k=settings.HANG_K,
+            floor_s=settings.HANG_FLOOR_S,
+        )
+        if finding is not None:
+            silent_since = last or started
+            found.append(
+                {
+                    "specversion": "1.0",
+                    "source": WATCHDOG,
+                    "id": f"hang:{run.name}:{silent_since.isoformat()}",
+                    "type": "run.failed",
+                    "time": _ts(silent_since),
+                    "data": {
+                        "run": run.name,
+                        "reason": finding.explanation,
+                        "kind": "hang",
+                        "category": "nccl_watchdog",
+                        "detected_at": _ts(now),
+                    },
+                }
+            )
+    return _emit(found)
+
+
+def heartbeats_detect(*, now: datetime) -> int:
+    cutoff = now - timedelta(seconds=settings.HEARTBEAT_TIMEOUT_S)
+    recorded = 0
+    for hostname, last in Node.objects.filter(state="in_service", last_heartbeat_at__lt=cutoff).values_list(
+        "hostname", "last_heartbeat_at"
+    ):
+        finding = detectors.heartbeat_lost(
+            node=hostname, last_heartbeat_at=last, now=now, timeout_s=settings.HEARTBEAT_TIMEOUT_S
+        )
+        recorded += _record(finding, now)
+    return recorded
+
+
+def stragglers_detect(*, now: datetime) -> int:
+    """Per running run, rank step times in the last few windows; slow ranks flag their node suspect."""
+    window = timedelta(seconds=settings.STRAGGLER_WINDOW_S)
+    windows_n = settings.STRAGGLER_CONSECUTIVE
+    findings = []
+    for run in Run.objects.filter(state=Run.State.RUNNING).values_list("name", flat=True):
+        since = now - window * windows_n
+        samples = defaultdict(lambda: defaultdict(list))
+        for time, data in Event.objects.filter(run_name=run, type="rank.step_time", time__gte=since).values_list(
+            "time", "data"
+        ):
+            index = min(int((time - since) / window), windows_n - 1)
+            samples[index][(data["rank"], data["node"])].append(data["seconds"])
+        windows = [{key: sum(v) / len(v) for key, v in samples[i].items()} for i in range(windows_n)]
+        findings += detectors.stragglers(
+            run=run, windows=windows, threshold_mads=settings.STRAGGLER_THRESHOLD_MADS, consecutive=windows_n
+        )
+    return _flag_suspects(findings, now)
+
+
+def sdc_detect(*, now: datetime, steps: int = 20) -> int:
+    """Cross-replica gradient norms over the last steps; a host that keeps disagreeing is flagged."""
+    findings = []
+    for run in Run.objects.filter(state=Run.State.RUNNING).values_list("name", flat=True):
+        by_step = defaultdict(dict)
+        rows = (
+            Event.objects.filter(run_name=run, type="rank.grad_norm").order_by("-time").values_list("data", flat=True)
+        )
+        for data in rows[: steps * 1024]:
+            by_step[data["step"]][(data["rank"], data["node"])] = data["value"]
+        recent = [by_step[s] for s in sorted(by_step)[-steps:]]
+        findings += detectors.silent_data_corruption(
+            steps=recent, rel_tolerance=settings.SDC_REL_TOLERANCE, repeats=settings.SDC_REPEATS
+        )
+    return _flag_suspects(findings, now)
+
+
+def lemons_detect(*, now: datetime) -> int:
+    since = now - timedelta(seconds=settings.LEMON_WINDOW_S)
+    pairs = list(
+        Interruption.objects.filter(fault_at__gte=since, node__isnull=False, planned=False).values_list(
+            "node__hostname", "fault_at"
+        )
+    )
+    findings = detectors.lemons(
+        interruptions=pairs, now=now, window_s=settings.LEMON_WINDOW_S, threshold=settings.LEMON_THRESHOLD
+    )
+    return _flag_suspects(findings, now)
+
+
+def _flag_suspects(findings: list[Finding], now: datetime) -> int:
+    """Record each finding and mark its node suspect through a node.state event, with the evidence as reason."""
+    events = []
+    for finding in findings:
+        _record(finding, now)
+        node = Node.objects.filter(hostname=finding.node, state="in_service").first() if finding.node else None
+        if node is not None:
+            events.append(
+                {
+                    "specversion": "1.0",
+                    "source": DETECTOR,
+                    "id": f"{finding.fingerprint}:{now.isoformat()}",
+                    "type": "node.state",
+                    "time": _ts(now),
+                    "data": {"node": node.hostname, "state": "suspect", "reason": finding.explanation[:1000]},
+                }
+            )
+    _emit(events)
+    return len(findings)
+
+
+def _emit(raws: list[dict]) -> int:
+    if not raws:
+        return 0
+    events, problems = parse_events(raws, max_batch=len(raws))
+    if problems:
+        raise ValueError(f"detector produced invalid events: {problems[:3]}")
+    return len(events_ingest(events=events).accepted)
+
+
+def _ts(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")

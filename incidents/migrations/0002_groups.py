@@ -1,0 +1,14 @@
+from django.db import migrations
+
+GROUPS = ("viewer", "oncall", "admin")
+
+
+def create_groups(apps, schema_editor):
+    Group = apps.get_model("auth", "Group")
+    for name in GROUPS:
+        Group.objects.get_or_create(name=name)
+
+
+class Migration(migrations.Migration):
+    dependencies = [("incidents", "0001_initial"), ("auth", "0012_alter_user_first_name_max_length")]
+    operations = [migrations.RunPython(create_groups, migrations.RunPython.noop)]

@@ -1,0 +1,89 @@
+"""Reads for incidents: live impact, lists, response metrics."""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Count, Q, Sum
+
+from runs.domain import goodput
+from runs.selectors import run_timeline_get
+
+from .domain.response import IncidentTimes, response_metrics
+from .models import Incident
+
+
+@dataclass(frozen=True)
+class Impact:
+    gpus_idle: int
+    gpu_hours_lost: float  # over the incident's interruptions so far: downtime stages and rewound work
+    goodput_lost: float  # the run's goodput those hours cost, in fraction points
+    rewound_min: float
+    gpu_hours_per_minute: float  # burning now, while GPUs are idle
+    cost_per_minute_usd: float
+
+
+NO_IMPACT = Impact(0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def incident_impact(*, incident: Incident, now: datetime) -> Impact:
+    """What the incident costs, computed from the run's record each time it is asked (so it updates live)."""
+    run = incident.run
+    if run is None or run.started_at is None:
+        return NO_IMPACT
+    until = incident.resolved_at or now
+    costs = [
+        c
+        for c in goodput.interruption_costs(run_timeline_get(run=run), now=now)
+        if incident.started_at - timedelta(seconds=1) <= c.fault_at <= until
+    ]
+    lost = sum(c.gpu_hours for c in costs)
+    run_hours = ((run.ended_at or now) - run.started_at).total_seconds() / 3600 * run.gpu_count
+    down = (
+        incident.is_open
+        and run.interruptions.filter(
+            fault_at__gte=incident.started_at - timedelta(seconds=1), resumed_at__isnull=True
+        ).exists()
+    )
+    gpus_idle = run.gpu_count if down else 0
+    per_minute = gpus_idle / 60
+    return Impact(
+        gpus_idle=gpus_idle,
+        gpu_hours_lost=lost,
+        goodput_lost=lost / run_hours if run_hours else 0.0,
+        rewound_min=sum(c.rewound_min for c in costs),
+        gpu_hours_per_minute=per_minute,
+        cost_per_minute_usd=per_minute * settings.GPU_HOUR_COST_USD,
+    )
+
+
+def incidents_list(*, status: str = "", severity: str = "", run: str = "", node: str = "", open_only=False):
+    incidents = (
+        Incident.objects.select_related("run", "commander")
+        .annotate(
+            alert_count=Sum("alerts__count"),
+            firing_count=Count("alerts", filter=Q(alerts__status="firing"), distinct=True),
+        )
+        .order_by("severity", "-started_at")
+    )
+    if open_only:
+        incidents = incidents.filter(status__in=Incident.OPEN)
+    if status:
+        incidents = incidents.filter(status=status)
+    if severity:
+        incidents = incidents.filter(severity=severity)
+    if run:
+        incidents = incidents.filter(run__name=run)
+    if node:
+        incidents = incidents.filter(nodes__hostname=node).distinct()
+    return incidents
+
+
+def response_metrics_get(*, since: datetime, until: datetime) -> dict:
+    times = [
+        IncidentTimes(*row)
+        for row in Incident.objects.filter(started_at__gte=since, started_at__lt=until).values_list(
+            "started_at", "detected_at", "acknowledged_at", "mitigated_at", "resolved_at"
+        )
+    ]
+    return response_metrics(times, since=since, until=until)

@@ -1,0 +1,352 @@
+"""Writes to incidents: detector findings become alerts, alerts group into incidents, people act on them.
+
+Every change writes a TimelineEntry (append-only), which is both the incident's timeline and the audit log.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from runs.models import GPU, Attempt, Node, Run
+
+from .domain.detectors import Finding
+from .domain.response import severity_from_impact
+from .models import Alert, Incident, TimelineEntry
+
+SYSTEM = "FleetOps"
+_ALERT_RANK = {"critical": 0, "error": 1, "warning": 2, "info": 3}
+_SEVERITIES = ("SEV1", "SEV2", "SEV3", "SEV4")
+
+
+class IncidentError(Exception):
+    """An action the incident's state does not allow; the message says why, for the person who tried."""
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts: a signed-in user, an API token ('token:<name>'), or FleetOps itself."""
+
+    user: object | None
+    name: str
+
+    @classmethod
+    def of_user(cls, user) -> "Actor":
+        return cls(user, user.get_username())
+
+    @classmethod
+    def of_token(cls, token) -> "Actor":
+        return cls(None, f"token:{token.name}")
+
+
+FLEETOPS = Actor(None, SYSTEM)
+
+
+def _entry(incident: Incident, *, kind: str, text: str, actor: Actor = FLEETOPS, at=None, data=None) -> TimelineEntry:
+    return TimelineEntry.objects.create(
+        incident=incident,
+        at=at or timezone.now(),
+        actor=actor.user,
+        actor_name=actor.name,
+        kind=kind,
+        text=text,
+        data=data or {},
+    )
+
+
+# --- Detection: findings become alerts, alerts group into incidents -------------------------------------
+
+
+def finding_record(*, finding: Finding, at: datetime, count: int = 1, recommended_action: str = "") -> Alert:
+    """Fold a finding into its firing alert (same fingerprint: count it) or open a new alert on an incident."""
+    with transaction.atomic():
+        alert = Alert.objects.select_for_update().filter(fingerprint=finding.fingerprint, status="firing").first()
+        if alert is not None:
+            alert.count += count
+            alert.last_seen_at = max(alert.last_seen_at, at)
+            alert.first_seen_at = min(alert.first_seen_at, at)
+            alert.save(update_fields=["count", "last_seen_at", "first_seen_at"])
+            return alert
+        node = Node.objects.filter(hostname=finding.node).first() if finding.node else None
+        run = Run.objects.filter(name=finding.run).first() if finding.run else None
+        gpu = GPU.objects.filter(node=node, index=finding.gpu).first() if node and finding.gpu is not None else None
+        incident = _incident_for(finding=finding, node=node, run=run, at=at)
+        try:
+            with transaction.atomic():
+                alert = Alert.objects.create(
+                    incident=incident,
+                    fingerprint=finding.fingerprint,
+                    kind=finding.kind,
+                    severity=finding.severity,
+                    summary=finding.summary[:500],
+                    explanation=finding.explanation,
+                    node=node,
+                    gpu=gpu,
+                    run=incident.run,
+                    evidence=finding.evidence,
+                    count=count,
+                    first_seen_at=at,
+                    last_seen_at=at,
+                    recommended_action=recommended_action,
+                )
+        except IntegrityError:
+            # Another worker opened the same alert first: count into theirs.
+            return finding_record(finding=finding, at=at, count=count, recommended_action=recommended_action)
+        if node is not None:
+            incident.nodes.add(node)
+        _entry(
+            incident,
+            kind="alert",
+            at=at,
+            text=f"{finding.summary} — {finding.explanation}",
+            data={"fingerprint": finding.fingerprint, "severity": finding.severity},
+        )
+        incident_refresh(incident=incident, at=at)
+        return alert
+
+
+def _incident_for(*, finding: Finding, node: Node | None, run: Run | None, at: datetime) -> Incident:
+    """The open incident this finding belongs to, opened if there is none."""
+    run = run or (_run_on(node, at) if node else None)
+    key = _group_key(node=node, run=run, at=at)
+    incident = Incident.objects.select_for_update().filter(group_key=key, status__in=Incident.OPEN).first()
+    if incident is not None:
+        if incident.started_at > at:
+            incident.started_at = at
+            incident.save(update_fields=["started_at"])
+        return incident
+    try:
+        with transaction.atomic():
+            incident = Incident.objects.create(
+                title=finding.summary[:300], group_key=key, run=run, started_at=at, detected_at=timezone.now()
+            )
+    except IntegrityError:
+        return Incident.objects.select_for_update().get(group_key=key, status__in=Incident.OPEN)
+    _entry(incident, kind="opened", text=f"Opened by the {finding.kind} detector: {finding.summary}")
+    return incident
+
+
+def _run_on(node: Node, at: datetime) -> Run | None:
+    """The run the node was working for at `at`, or had just stopped working for (within the group window).
+
+    Decided by time, not by the run's state now: detection may run long after the events it looks at.
+    """
+    window = timedelta(seconds=settings.INCIDENT_GROUP_WINDOW_S)
+    attempt = (
+        Attempt.objects.filter(nodes=node, started_at__lte=at)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gte=at - window))
+        .select_related("run")
+        .order_by("-started_at")
+        .first()
+    )
+    return attempt.run if attempt is not None else None
+
+
+def _group_key(*, node: Node | None, run: Run | None, at: datetime) -> str:
+    """run:<name> when a run is hit; else a burst in the same switch or rack within the window; else the node."""
+    if run is not None:
+        return f"run:{run.name}"
+    if node is None:
+        return "fleet"
+    window = timedelta(seconds=settings.INCIDENT_GROUP_WINDOW_S)
+    for place in ("switch", "rack"):
+        value = getattr(node, place)
+        if not value:
+            continue
+        key = f"{place}:{value}"
+        open_incident = Incident.objects.filter(group_key=key, status__in=Incident.OPEN).first()
+        if open_incident is None or open_incident.detected_at >= at - window:
+            return key
+    return f"node:{node.hostname}"
+
+
+def incident_refresh(*, incident: Incident, at: datetime | None = None) -> None:
+    """Recompute severity from impact (unless a person set it) and the recommended action from its alerts."""
+    alerts = list(incident.alerts.filter(status="firing").order_by("first_seen_at"))
+    worst = min(alerts, key=lambda a: _ALERT_RANK.get(a.severity, 3), default=None)
+    action = next(
+        (
+            a.recommended_action
+            for a in sorted(alerts, key=lambda a: _ALERT_RANK.get(a.severity, 3))
+            if a.recommended_action
+        ),
+        incident.recommended_action,
+    )
+    fields = []
+    if action != incident.recommended_action:
+        incident.recommended_action = action
+        fields.append("recommended_action")
+    if not incident.severity_overridden:
+        severity = _severity(incident, worst)
+        if severity != incident.severity:
+            _entry(incident, kind="severity", at=at, text=f"Severity {incident.severity} → {severity} from impact")
+            incident.severity = severity
+            fields.append("severity")
+    if fields:
+        incident.save(update_fields=fields)
+
+
+def _severity(incident: Incident, worst: Alert | None) -> str:
+    run = incident.run
+    gpus_idle = run.gpu_count if run is not None and run.state == Run.State.RESTARTING else 0
+    severity = severity_from_impact(gpus_idle=gpus_idle, runs_affected=1 if gpus_idle else 0)
+    if worst is not None and worst.severity == "critical" and severity == "SEV4":
+        severity = "SEV3"  # a critical hardware fault is worth a look even before it idles a run
+    return severity
+
+
+def alerts_resolve(
+    *, at: datetime, reason: str, node: Node | None = None, run: Run | None = None, kinds: tuple[str, ...] | None = None
+) -> int:
+    """Mark matching firing alerts resolved (the condition cleared) and say so on their incidents."""
+    alerts = Alert.objects.filter(status="firing")
+    if node is not None:
+        alerts = alerts.filter(node=node)
+    if run is not None:
+        alerts = alerts.filter(run=run)
+    if kinds is not None:
+        alerts = alerts.filter(kind__in=kinds)
+    resolved = 0
+    for alert in alerts.select_related("incident"):
+        Alert.objects.filter(pk=alert.pk, status="firing").update(status="resolved", resolved_at=at)
+        _entry(
+            alert.incident,
+            kind="alert",
+            at=at,
+            text=f"Alert cleared: {alert.summary} ({reason})",
+            data={"fingerprint": alert.fingerprint, "cleared": True},
+        )
+        incident_refresh(incident=alert.incident, at=at)
+        resolved += 1
+    return resolved
+
+
+def run_mitigated(*, run: Run, at: datetime, text: str) -> None:
+    """The run trains again: its open, unmitigated incident is mitigated."""
+    for incident in Incident.objects.select_for_update().filter(
+        run=run, status__in=[Incident.Status.TRIGGERED, Incident.Status.ACKNOWLEDGED]
+    ):
+        incident.status, incident.mitigated_at = Incident.Status.MITIGATED, at
+        incident.save(update_fields=["status", "mitigated_at"])
+        _entry(incident, kind="mitigated", at=at, text=text)
+        incident_refresh(incident=incident, at=at)
+
+
+# --- People's actions -----------------------------------------------------------------------------------
+
+
+def _locked(incident: Incident) -> Incident:
+    return Incident.objects.select_for_update().get(pk=incident.pk)
+
+
+@transaction.atomic
+def incident_acknowledge(*, incident: Incident, actor: Actor) -> Incident:
+    incident = _locked(incident)
+    if not incident.is_open or incident.acknowledged_at is not None:
+        raise IncidentError(f"This incident is {incident.status} and cannot be acknowledged again.")
+    # Automation may have mitigated it already: a person still takes it on, and MTTA counts that moment.
+    if incident.status == Incident.Status.TRIGGERED:
+        incident.status = Incident.Status.ACKNOWLEDGED
+    incident.acknowledged_at = timezone.now()
+    if incident.commander_id is None and actor.user is not None:
+        incident.commander = actor.user
+    incident.save(update_fields=["status", "acknowledged_at", "commander"])
+    _entry(incident, kind="acknowledged", actor=actor, text=f"Acknowledged by {actor.name}")
+    return incident
+
+
+@transaction.atomic
+def incident_assign(*, incident: Incident, actor: Actor, assignee) -> Incident:
+    incident = _locked(incident)
+    incident.assignees.add(assignee)
+    _entry(incident, kind="assigned", actor=actor, text=f"Assigned to {assignee.get_username()}")
+    return incident
+
+
+@transaction.atomic
+def incident_commander_set(*, incident: Incident, actor: Actor, commander) -> Incident:
+    incident = _locked(incident)
+    incident.commander = commander
+    incident.save(update_fields=["commander"])
+    _entry(incident, kind="assigned", actor=actor, text=f"{commander.get_username()} is incident commander")
+    return incident
+
+
+@transaction.atomic
+def incident_escalate(*, incident: Incident, actor: Actor, reason: str = "") -> Incident:
+    """One severity level up, fixed by a person from now on."""
+    incident = _locked(incident)
+    position = _SEVERITIES.index(incident.severity)
+    if position == 0:
+        raise IncidentError("This incident is already SEV1.")
+    return _severity_set(incident, actor, _SEVERITIES[position - 1], reason or "escalated", kind="escalated")
+
+
+@transaction.atomic
+def incident_severity_set(*, incident: Incident, actor: Actor, severity: str, reason: str) -> Incident:
+    if severity not in _SEVERITIES:
+        raise IncidentError(f"Severity must be one of {', '.join(_SEVERITIES)}.")
+    return _severity_set(_locked(incident), actor, severity, reason, kind="severity")
+
+
+def _severity_set(incident: Incident, actor: Actor, severity: str, reason: str, *, kind: str) -> Incident:
+    before = incident.severity
+    incident.severity, incident.severity_overridden = severity, True
+    incident.save(update_fields=["severity", "severity_overridden"])
+    _entry(
+        incident,
+        kind=kind,
+        actor=actor,
+        text=f"Severity {before} → {severity}: {reason}",
+        data={"from": before, "to": severity},
+    )
+    return incident
+
+
+@transaction.atomic
+def incident_note_add(*, incident: Incident, actor: Actor, text: str) -> TimelineEntry:
+    text = text.strip()
+    if not text:
+        raise IncidentError("A note needs some text.")
+    return _entry(incident, kind="note", actor=actor, text=text[:10_000])
+
+
+@transaction.atomic
+def incident_resolve(*, incident: Incident, actor: Actor, override_reason: str = "") -> Incident:
+    """Resolve; refused while an attached alert still fires, unless the person gives a reason to override."""
+    incident = _locked(incident)
+    if not incident.is_open:
+        raise IncidentError(f"This incident is {incident.status} already.")
+    firing = incident.alerts.filter(status="firing").count()
+    if firing and not override_reason.strip():
+        raise IncidentError(f"{firing} alert(s) still firing: resolve them first, or give a reason to override.")
+    incident.status, incident.resolved_at = Incident.Status.RESOLVED, timezone.now()
+    incident.save(update_fields=["status", "resolved_at"])
+    text = f"Resolved by {actor.name}"
+    if firing:
+        text += f" with {firing} alert(s) still firing: {override_reason.strip()}"
+    _entry(incident, kind="resolved", actor=actor, text=text, data={"firing": firing})
+    return incident
+
+
+@transaction.atomic
+def incident_reopen(*, incident: Incident, actor: Actor, reason: str = "") -> Incident:
+    incident = _locked(incident)
+    if incident.status != Incident.Status.RESOLVED:
+        raise IncidentError("Only a resolved incident can be reopened.")
+    if Incident.objects.filter(group_key=incident.group_key, status__in=Incident.OPEN).exists():
+        raise IncidentError("Another open incident already covers this group; continue there.")
+    incident.status, incident.resolved_at = Incident.Status.ACKNOWLEDGED, None
+    incident.save(update_fields=["status", "resolved_at"])
+    _entry(incident, kind="reopened", actor=actor, text=f"Reopened by {actor.name}" + (f": {reason}" if reason else ""))
+    return incident
+
+
+def action_refused(*, incident: Incident, actor: Actor, action: str) -> TimelineEntry:
+    """The only trace a refused action leaves: an audit entry naming who tried what."""
+    return _entry(
+        incident, kind="refused", actor=actor, text=f"{actor.name} may not {action}: refused", data={"action": action}
+    )

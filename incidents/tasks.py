@@ -1,0 +1,44 @@
+"""Celery tasks of the detectors: thin, idempotent (events are claimed), each calls one service."""
+
+from celery import shared_task
+from django.db import OperationalError
+from django.utils import timezone
+
+from . import detection
+
+_RETRY = {"acks_late": True, "autoretry_for": (OperationalError,), "retry_backoff": 2, "max_retries": 5}
+
+
+@shared_task(**_RETRY)
+def detect_events(event_ids: list[int]) -> int:
+    return detection.events_detect(event_ids=event_ids)
+
+
+@shared_task(**_RETRY)
+def detect_pending() -> int:
+    return detection.pending_detect()
+
+
+@shared_task(**_RETRY)
+def watch_hangs() -> int:
+    return detection.hangs_detect(now=timezone.now())
+
+
+@shared_task(**_RETRY)
+def watch_heartbeats() -> int:
+    return detection.heartbeats_detect(now=timezone.now())
+
+
+@shared_task(**_RETRY)
+def detect_stragglers() -> int:
+    return detection.stragglers_detect(now=timezone.now())
+
+
+@shared_task(**_RETRY)
+def detect_sdc() -> int:
+    return detection.sdc_detect(now=timezone.now())
+
+
+@shared_task(**_RETRY)
+def detect_lemons() -> int:
+    return detection.lemons_detect(now=timezone.now())

@@ -1,0 +1,180 @@
+"""From events to incidents, in-process: an Xid storm and a failure make one incident; people act on it."""
+
+import json
+
+import pytest
+from django.contrib.auth.models import Group
+
+from incidents import detection
+from incidents.models import Alert, Incident, TimelineEntry
+from runs.models import Run
+from tests.runs.scenario import at, event, failure_and_restart
+
+BATCH = "application/cloudevents-batch+json"
+
+
+def xid_storm(n: int, *, node="n2", gpu=3, xid=79, start=44.0) -> list[dict]:
+    return [
+        event(
+            "gpu.xid",
+            at(start, seconds=i * 0.01),
+            f"storm-{i}",
+            source="dcgm://n2",
+            node=node,
+            gpu=gpu,
+            xid=xid,
+            message="GPU has fallen off the bus",
+        )
+        for i in range(n)
+    ]
+
+
+@pytest.fixture
+def post(writer, django_capture_on_commit_callbacks):
+    def send(events):
+        for start in range(0, len(events), 5000):
+            with django_capture_on_commit_callbacks(execute=True):
+                response = writer.post("/api/v1/events", json.dumps(events[start : start + 5000]), content_type=BATCH)
+            assert response.status_code in (200, 202), response.content
+
+    return send
+
+
+def story_until_failure():
+    """The scenario up to the failure: the run is restarting, its 16 GPUs idle."""
+    return [e for e in failure_and_restart() if e["time"] <= "2026-03-01T00:47:00Z"]
+
+
+def test_an_xid_storm_and_a_failure_open_exactly_one_incident(post):
+    post(story_until_failure() + xid_storm(2000))
+    (incident,) = Incident.objects.all()
+    assert incident.run.name == "r1" and incident.status == "triggered"
+    assert incident.recommended_action == "reboot node, drain"
+    assert incident.severity == "SEV3"  # 16 GPUs idle: any idle GPU is SEV3
+    alerts = {a.kind: a for a in incident.alerts.all()}
+    assert set(alerts) == {"xid", "run_failed", "node_state"}  # the scheduler also cordoned n2
+    assert alerts["xid"].count == 2001 and alerts["xid"].fingerprint == "xid:n2:3:79"  # the scenario's own Xid too
+    assert incident.started_at == at(44)
+    assert [n.hostname for n in incident.nodes.all()] == ["n2"]
+
+
+def test_posting_the_storm_again_counts_nothing_twice(post):
+    events = story_until_failure() + xid_storm(300)
+    post(events)
+    post(events)
+    assert Alert.objects.get(kind="xid").count == 301
+    assert Incident.objects.count() == 1
+
+
+def test_the_restart_mitigates_the_incident(post):
+    post(failure_and_restart() + xid_storm(10))
+    incident = Incident.objects.get()
+    assert incident.status == "mitigated" and incident.mitigated_at == at(58)
+    assert incident.alerts.get(kind="run_failed").status == "resolved"
+    assert incident.alerts.get(kind="xid").status == "firing"  # the GPU is still suspect until it is back
+    assert "trains again from step 3" in incident.timeline.get(kind="mitigated").text
+
+
+def test_the_watchdog_finds_a_hang_without_any_failure_event(post, django_capture_on_commit_callbacks):
+    steps = [event("run.started", at(0), "s", run="h1", cluster="c1", gpus=512, nodes=["h-1"], job_id="9")]
+    steps += [event("run.step", at(minute), f"h-{minute}", run="h1", step=minute) for minute in range(1, 31)]
+    post(steps)
+    assert detection.hangs_detect(now=at(35)) == 0  # 5 minutes of silence is under the 10-minute floor
+    with django_capture_on_commit_callbacks(execute=True):
+        assert detection.hangs_detect(now=at(45)) == 1
+    run = Run.objects.get(name="h1")
+    assert run.state == "restarting"
+    interruption = run.interruptions.get()
+    assert (interruption.kind, interruption.fault_at, interruption.detected_at) == ("hang", at(30), at(45))
+    incident = Incident.objects.get(run=run)
+    assert incident.alerts.get().kind == "hang" and incident.severity == "SEV2"  # 512 GPUs idle
+    assert detection.hangs_detect(now=at(50)) == 0  # the run is restarting now, not hung again
+
+
+def test_heartbeat_loss_and_return(post):
+    post([event("node.heartbeat", at(0), "hb1", node="lonely")])
+    assert detection.heartbeats_detect(now=at(10)) == 1
+    alert = Alert.objects.get(kind="heartbeat")
+    assert alert.status == "firing" and alert.incident.group_key == "node:lonely"
+    post([event("node.heartbeat", at(11), "hb2", node="lonely")])
+    assert Alert.objects.get(kind="heartbeat").status == "resolved"
+
+
+def test_an_incident_cannot_be_resolved_while_an_alert_fires_unless_overridden(post, django_user_model):
+    from incidents import services
+
+    post(story_until_failure())
+    incident = Incident.objects.get()
+    actor = services.Actor.of_user(django_user_model.objects.create_user("oncall"))
+    with pytest.raises(services.IncidentError, match="still firing"):
+        services.incident_resolve(incident=incident, actor=actor)
+    services.incident_resolve(incident=incident, actor=actor, override_reason="node replaced by hand")
+    incident.refresh_from_db()
+    assert incident.status == "resolved"
+    assert "node replaced by hand" in incident.timeline.get(kind="resolved").text
+
+
+def test_the_api_lists_reads_and_acts(post, client, django_user_model):
+    post(story_until_failure() + xid_storm(50))
+    engineer = django_user_model.objects.create_user("ana")
+    engineer.groups.add(Group.objects.get(name="oncall"))
+    client.force_login(engineer)
+    (listed,) = client.get("/api/v1/incidents?status=triggered").json()["results"]
+    assert listed["alerts"]["count"] == 53  # 50 + the scenario's own Xid, the failure, the cordon
+    assert listed["alerts"]["fingerprints"][1].startswith("run_failed:r1:")
+    assert listed["impact"]["gpus_idle"] == 16
+    incident_id = listed["id"]
+    assert client.post(f"/api/v1/incidents/{incident_id}/acknowledge").json()["status"] == "acknowledged"
+    body = client.post(
+        f"/api/v1/incidents/{incident_id}/notes", {"text": "draining n2"}, content_type="application/json"
+    ).json()
+    assert [e["kind"] for e in body["timeline"]][-2:] == ["acknowledged", "note"]
+    assert body["timeline"][-1]["actor"] == "ana" and body["commander"] == "ana"
+    refused = client.post(f"/api/v1/incidents/{incident_id}/resolve", {}, content_type="application/json")
+    assert refused.status_code == 409 and "still firing" in refused.json()["detail"]
+    assert client.get("/api/v1/incidents?severity=SEV1").json()["count"] == 0
+    assert client.get("/api/v1/incidents?node=n2").json()["count"] == 1
+
+
+def test_a_viewer_cannot_acknowledge_and_leaves_only_an_audit_entry(post, client, django_user_model):
+    post(story_until_failure())
+    incident = Incident.objects.get()
+    viewer = django_user_model.objects.create_user("vic")
+    viewer.groups.add(Group.objects.get(name="viewer"))
+    client.force_login(viewer)
+    before = list(incident.timeline.values_list("kind", flat=True))
+    response = client.post(f"/api/v1/incidents/{incident.pk}/acknowledge")
+    assert response.status_code == 403
+    incident.refresh_from_db()
+    assert incident.status == "triggered" and incident.acknowledged_at is None
+    after = list(incident.timeline.values_list("kind", flat=True))
+    assert after == [*before, "refused"]
+    refusal = TimelineEntry.objects.get(kind="refused")
+    assert (refusal.actor, refusal.data) == (viewer, {"action": "acknowledge"})
+    assert "refused" not in [e["kind"] for e in client.get(f"/api/v1/incidents/{incident.pk}").json()["timeline"]]
+
+
+def test_a_token_needs_the_incidents_write_scope(post, reader, client):
+    from tests.conftest import make_token
+
+    post(story_until_failure())
+    incident = Incident.objects.get()
+    assert reader.post(f"/api/v1/incidents/{incident.pk}/acknowledge").status_code == 403
+    bot = make_token("chatops", ["incidents:write"])
+    response = client.post(f"/api/v1/incidents/{incident.pk}/acknowledge", HTTP_AUTHORIZATION=f"Bearer {bot}")
+    assert response.status_code == 200
+    assert incident.timeline.get(kind="acknowledged").actor_name == "token:chatops"
+
+
+def test_response_metrics(post, client, django_user_model):
+    from incidents import services
+
+    post(failure_and_restart())
+    incident = Incident.objects.get()
+    services.incident_acknowledge(
+        incident=incident, actor=services.Actor.of_user(django_user_model.objects.create_user("x"))
+    )
+    client.force_login(django_user_model.objects.create_user("viewer2"))
+    body = client.get("/api/v1/metrics/response?since=2026-02-01T00:00:00Z&until=2026-04-01T00:00:00Z").json()
+    assert body["mttm"]["count"] == 1 and body["mttm"]["mean_s"] == (at(58) - at(45)).total_seconds()
+    assert body["mttd"]["count"] == 1
