@@ -4,101 +4,21 @@ Skips on a laptop without them (DATABASE_URL not PostgreSQL, REDIS_URL unset or 
 """
 
 import json
-import os
 import random
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from django.conf import settings
-from django.db import connection, connections
+from django.db import connections
 
-from fleetops.celery import app as celery_app
 from runs.domain.cloudevents import parse_events
 from runs.models import GPU, Event, Node, Run
 from runs.services import _event_row, events_apply
-from tests.conftest import reachable, require
 from tests.runs.scenario import assert_failure_and_restart_record, failure_and_restart, record_snapshot
+from tests.services import wait_until_applied
 
-ROOT = Path(__file__).resolve().parents[2]
 BATCH = "application/cloudevents-batch+json"
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def postgres():
-    require(connection.vendor == "postgresql", "PostgreSQL (DATABASE_URL=postgres://...)")
-
-
-@pytest.fixture
-def worker(postgres):
-    """A real `celery worker` process on Redis, pointed at the test database."""
-    redis_url = os.environ.get("REDIS_URL", "")
-    require(bool(redis_url) and reachable(redis_url, 6379), "Redis (REDIS_URL)")
-    db = connection.settings_dict
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
-        "CELERY_TASK_ALWAYS_EAGER": "false",
-        "PYTHONUNBUFFERED": "1",
-    }
-    queue = settings.CELERY_TASK_DEFAULT_QUEUE
-    celery_app.control.purge()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "fleetops",
-            "worker",
-            "--pool=solo",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "--loglevel=INFO",
-            "-Q",
-            queue,
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def read():
-        for line in process.stdout:
-            lines.append(line)
-            if " ready." in line:
-                ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    if not ready.wait(30):
-        process.kill()
-        pytest.fail("celery worker did not start:\n" + "".join(lines[-40:]))
-    celery_app.conf.task_always_eager = False
-    try:
-        yield lines
-    finally:
-        celery_app.conf.task_always_eager = True
-        process.terminate()
-        process.wait(10)
-
-
-def wait_until_applied(expected: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if Event.objects.count() == expected and not Event.objects.filter(applied_at__isnull=True).exists():
-            return
-        time.sleep(0.1)
-    pending = Event.objects.filter(applied_at__isnull=True).count()
-    pytest.fail(f"{pending} of {Event.objects.count()} events still unapplied after {timeout}s")
 
 
 def post(client, body):

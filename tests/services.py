@@ -1,0 +1,102 @@
+"""Fixtures for tests on the real parts: PostgreSQL, Redis and a Celery worker process."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from fleetops.celery import app as celery_app
+from runs.models import Event
+from tests.conftest import reachable, require
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def postgres():
+    require(connection.vendor == "postgresql", "PostgreSQL (DATABASE_URL=postgres://...)")
+
+
+@pytest.fixture
+def worker(postgres):
+    """A real `celery worker` process on Redis, pointed at the test database."""
+    redis_url = os.environ.get("REDIS_URL", "")
+    require(bool(redis_url) and reachable(redis_url, 6379), "Redis (REDIS_URL)")
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
+        "CELERY_TASK_ALWAYS_EAGER": "false",
+        "PYTHONUNBUFFERED": "1",
+    }
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    celery_app.control.purge()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "fleetops",
+            "worker",
+            "--pool=solo",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "--loglevel=INFO",
+            "-Q",
+            queue,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read():
+        for line in process.stdout:
+            lines.append(line)
+            if " ready." in line:
+                ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    if not ready.wait(30):
+        process.kill()
+        pytest.fail("celery worker did not start:\n" + "".join(lines[-40:]))
+    celery_app.conf.task_always_eager = False
+    try:
+        yield lines
+    finally:
+        celery_app.conf.task_always_eager = True
+        process.terminate()
+        process.wait(10)
+
+
+def wait_until_applied(expected: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if Event.objects.count() == expected and not Event.objects.filter(applied_at__isnull=True).exists():
+            return
+        time.sleep(0.1)
+    pending = Event.objects.filter(applied_at__isnull=True).count()
+    pytest.fail(f"{pending} of {Event.objects.count()} events still unapplied after {timeout}s")
+
+
+def wait_until_detected(expected: int, timeout: float = 60) -> None:
+    """Until every event is applied and looked at by the detectors."""
+    wait_until_applied(expected, timeout)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not Event.objects.filter(detected_at__isnull=True).exists():
+            return
+        time.sleep(0.1)
+    pytest.fail(f"{Event.objects.filter(detected_at__isnull=True).count()} events not yet seen by the detectors")
