@@ -173,6 +173,7 @@ CELERY_BEAT_SCHEDULE = {
     "detect-stragglers": {"task": "incidents.tasks.detect_stragglers", "schedule": 300.0},
     "detect-sdc": {"task": "incidents.tasks.detect_sdc", "schedule": 300.0},
     "detect-lemons": {"task": "incidents.tasks.detect_lemons", "schedule": 3600.0},
+    "resume-playbooks": {"task": "incidents.tasks.resume_playbooks", "schedule": 30.0},
 }
 
 # --- Production hardening (check --deploy) ---
@@ -214,5 +215,7 @@ SDC_REL_TOLERANCE = env.float("SDC_REL_TOLERANCE", default=0.05)
 SDC_REPEATS = env.int("SDC_REPEATS", default=3)
 LEMON_WINDOW_S = env.float("LEMON_WINDOW_S", default=7 * 86400.0)
 LEMON_THRESHOLD = env.int("LEMON_THRESHOLD", default=3)
+# Playbooks stop and page a human rather than take more than this share of a cluster out of service.
+PLAYBOOK_MAX_OUT_SHARE = env.float("PLAYBOOK_MAX_OUT_SHARE", default=0.05)
 # What a GPU-hour costs, for the incident's cost per minute.
 GPU_HOUR_COST_USD = env.float("GPU_HOUR_COST_USD", default=2.5)

@@ -4,6 +4,7 @@ from django.urls import include, path
 
 urlpatterns = [
     path("", include("runs.urls")),
+    path("incidents/", include("incidents.urls")),
     path("api/v1/", include("runs.api.urls")),
     path("api/v1/", include("incidents.api.urls")),
     path("login/", auth_views.LoginView.as_view(), name="login"),

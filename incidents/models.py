@@ -117,6 +117,8 @@ class TimelineEntry(models.Model):
         REOPENED = "reopened"
         CLOSED = "closed"
         REFUSED = "refused"  # an action someone was not allowed to take
+        PLAYBOOK = "playbook"
+        PAGED = "paged"
 
     incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="timeline")
     at = models.DateTimeField()
@@ -137,3 +139,82 @@ class TimelineEntry(models.Model):
 # For the OpenAPI schema's enum names (settings.SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]).
 INCIDENT_STATUS_CHOICES = Incident.Status.choices
 ALERT_STATUS_CHOICES = Alert.Status.choices
+
+
+class PlaybookExecution(models.Model):
+    """One run of a playbook. Its steps are frozen into `definition` when it starts: later edits don't apply."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        WAITING = "waiting_approval"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        ABORTED = "aborted"
+
+    ACTIVE = (Status.RUNNING, Status.WAITING)
+
+    playbook = models.CharField(max_length=100)
+    definition = models.JSONField(help_text="The steps as they were when the execution started.")
+    incident = models.ForeignKey(Incident, null=True, blank=True, on_delete=models.SET_NULL, related_name="playbooks")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="playbooks")
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="playbooks")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.RUNNING)
+    dry_run = models.BooleanField(default=False)
+    started_by = models.CharField(max_length=200)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    # A worker holding a step renews this; a stale one means the worker died and the sweeper resumes it.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        constraints = [
+            # At most one active execution per node and per run: enforced by the database.
+            models.UniqueConstraint(
+                fields=["node"], condition=Q(status__in=["running", "waiting_approval"], dry_run=False),
+                name="playbook_one_active_per_node",
+            ),
+            models.UniqueConstraint(
+                fields=["run"], condition=Q(status__in=["running", "waiting_approval"], dry_run=False),
+                name="playbook_one_active_per_run",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.playbook} #{self.pk} ({self.status})"
+
+
+class StepExecution(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        WAITING = "waiting_approval"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        SKIPPED = "skipped"
+
+    execution = models.ForeignKey(PlaybookExecution, on_delete=models.CASCADE, related_name="steps")
+    index = models.PositiveSmallIntegerField()
+    name = models.CharField(max_length=100)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    output = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    approver_role = models.CharField(max_length=20, blank=True, help_text="Who may approve: oncall or admin.")
+    approved_by = models.CharField(max_length=200, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["execution", "index"]
+        constraints = [models.UniqueConstraint(fields=["execution", "index"], name="step_unique_index")]
+
+    def __str__(self):
+        return f"{self.execution_id}.{self.index} {self.name} ({self.status})"
+
+    @property
+    def seconds(self) -> float | None:
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None

@@ -4,13 +4,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Max, Min, Q, Sum
 
 from runs.domain import goodput
 from runs.selectors import run_timeline_get
 
 from .domain.response import IncidentTimes, response_metrics
-from .models import Incident
+from .models import Incident, TimelineEntry
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,38 @@ def incidents_list(*, status: str = "", severity: str = "", run: str = "", node:
     if node:
         incidents = incidents.filter(nodes__hostname=node).distinct()
     return incidents
+
+
+@dataclass(frozen=True)
+class OpenSummary:
+    count: int
+    worst: str | None  # the most severe open incident's severity ("SEV1" sorts first), None when none is open
+    latest_id: int | None
+
+    @property
+    def signature(self) -> str:
+        """Changes when an incident opens or one closes: pages compare it to know when to reload their list."""
+        return f"{self.count}.{self.latest_id or 0}"
+
+
+def open_incidents_summary() -> OpenSummary:
+    row = Incident.objects.filter(status__in=Incident.OPEN).aggregate(
+        count=Count("id"), worst=Min("severity"), latest_id=Max("id")
+    )
+    return OpenSummary(**row)
+
+
+def nodes_in_open_incidents() -> set[str]:
+    return set(Incident.objects.filter(status__in=Incident.OPEN).values_list("nodes__hostname", flat=True)) - {None}
+
+
+def incident_timeline_get(*, incident: Incident) -> list[TimelineEntry]:
+    """The story of the incident, oldest first; refusals are audit entries and left out (see incident_refusals)."""
+    return list(incident.timeline.exclude(kind=TimelineEntry.Kind.REFUSED).order_by("at", "id"))
+
+
+def incident_refusals_get(*, incident: Incident) -> list[TimelineEntry]:
+    return list(incident.timeline.filter(kind=TimelineEntry.Kind.REFUSED).order_by("-at", "-id")[:50])
 
 
 def response_metrics_get(*, since: datetime, until: datetime) -> dict:

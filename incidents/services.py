@@ -224,6 +224,33 @@ def alerts_resolve(
     return resolved
 
 
+def timeline_add(*, incident: Incident, kind: str, text: str, actor: Actor = FLEETOPS, data=None) -> TimelineEntry:
+    """For other services (the playbook engine) that report on an incident."""
+    return _entry(incident, kind=kind, text=text, actor=actor, data=data)
+
+
+def incident_mitigate(*, incident: Incident, text: str, at: datetime | None = None) -> None:
+    """Mitigated by automation (a playbook put the job back on healthy hardware)."""
+    with transaction.atomic():
+        incident = _locked(incident)
+        if incident.status not in (Incident.Status.TRIGGERED, Incident.Status.ACKNOWLEDGED):
+            return
+        incident.status, incident.mitigated_at = Incident.Status.MITIGATED, at or timezone.now()
+        incident.save(update_fields=["status", "mitigated_at"])
+        _entry(incident, kind="mitigated", at=incident.mitigated_at, text=text)
+
+
+def incident_page_human(*, incident: Incident, why: str) -> None:
+    """Automation stopped and a person must decide: escalate one level and say why on the timeline."""
+    with transaction.atomic():
+        incident = _locked(incident)
+        position = _SEVERITIES.index(incident.severity)
+        if position > 0:
+            incident.severity = _SEVERITIES[position - 1]
+            incident.save(update_fields=["severity"])
+        _entry(incident, kind="paged", text=f"Paged a human: {why}")
+
+
 def run_mitigated(*, run: Run, at: datetime, text: str) -> None:
     """The run trains again: its open, unmitigated incident is mitigated."""
     for incident in Incident.objects.select_for_update().filter(

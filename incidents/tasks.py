@@ -42,3 +42,17 @@ def detect_sdc() -> int:
 @shared_task(**_RETRY)
 def detect_lemons() -> int:
     return detection.lemons_detect(now=timezone.now())
+
+
+@shared_task(**_RETRY)
+def advance_playbook(execution_id: int) -> str:
+    from .playbooks import playbook_advance
+
+    return playbook_advance(execution_id=execution_id)
+
+
+@shared_task(**_RETRY)
+def resume_playbooks() -> int:
+    from .playbooks import playbooks_resume_stale
+
+    return playbooks_resume_stale()

@@ -1,5 +1,6 @@
 """Reads of the fleet record for pages and the API."""
 
+import re
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
@@ -29,6 +30,62 @@ def node_states_by_cluster() -> list[ClusterSummary]:
     if None in counts:
         summaries.append(ClusterSummary(None, sum(counts[None].values()), counts[None]))
     return summaries
+
+
+@dataclass(frozen=True)
+class RackRow:
+    cluster: str  # "" for nodes no cluster claims yet
+    rack: str  # "" for the nodes of the cluster without a rack
+    nodes: list[tuple[str, str]]  # (hostname, state), in natural hostname order
+
+
+def _natural(text: str) -> tuple:
+    """gpu-2 before gpu-10: digits compare as numbers."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
+
+
+def node_grid_get() -> list[RackRow]:
+    """Every node's state, one row per rack (clusters in name order, unracked nodes last): one query, no model rows.
+
+    Kept to a single values_list so the overview stays light at thousands of nodes.
+    """
+    racks: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for hostname, state, rack, cluster in Node.objects.values_list("hostname", "state", "rack", "cluster__name"):
+        racks.setdefault((cluster or "", rack), []).append((hostname, state))
+    order = sorted(racks, key=lambda key: (key[0] == "", _natural(key[0]), key[1] == "", _natural(key[1])))
+    return [RackRow(c, r, sorted(racks[c, r], key=lambda node: _natural(node[0]))) for c, r in order]
+
+
+@dataclass(frozen=True)
+class FlaggedNode:
+    hostname: str
+    state: str
+    rack: str
+    reason: str
+
+    @property
+    def state_label(self) -> str:
+        return self.state.replace("_", " ")
+
+
+def suspect_nodes_get(*, limit: int = 20) -> tuple[int, list[FlaggedNode]]:
+    """How many nodes are suspect, and the latest flagged of them with the reason they were flagged."""
+    suspects = Node.objects.filter(state="suspect")
+    rows = suspects.order_by("-state_changed_at", "hostname").values_list("hostname", "state", "rack", "state_reason")
+    return suspects.count(), [FlaggedNode(*row) for row in rows[:limit]]
+
+
+def lemon_nodes_get(*, limit: int = 20) -> tuple[int, list[FlaggedNode]]:
+    """How many nodes have a firing lemon alert (too many interruptions in the window), and some with its summary."""
+    lemons = Node.objects.filter(alerts__kind="lemon", alerts__status="firing")
+    rows = lemons.order_by("hostname").values_list("hostname", "state", "rack", "alerts__summary")
+    return lemons.count(), [FlaggedNode(*row) for row in rows[:limit]]
+
+
+def node_xid_events(*, node: Node, limit: int = 5000) -> list[tuple[datetime, dict]]:
+    """The node's latest gpu.xid events as (time, data), newest first: enough to fold recent storms whole."""
+    rows = Event.objects.filter(node_name=node.hostname, type="gpu.xid").order_by("-time", "-id")
+    return list(rows.values_list("time", "data")[:limit])
 
 
 def runs_list(*, state: str = "") -> list[Run]:
@@ -82,15 +139,27 @@ class GoodputReport:
     daily: list[tuple[date, goodput.Breakdown]]
 
 
-def run_goodput_get(*, run: Run, since: datetime | None, until: datetime | None, now: datetime) -> GoodputReport:
-    """The run's breakdown over [since, until), by default its whole life up to now."""
+def run_goodput_get(
+    *,
+    run: Run,
+    since: datetime | None,
+    until: datetime | None,
+    now: datetime,
+    timeline: goodput.RunTimeline | None = None,
+) -> GoodputReport:
+    """The run's breakdown over [since, until), by default its whole life up to now.
+
+    Pass the run's `timeline` when the caller has fetched it already. The total and the daily series come from
+    one pass of the engine: the total is the days' exact sum (docs/PERFORMANCE.md).
+    """
     since = since or run.started_at or now
     until = until or run.ended_at or now
-    timeline = run_timeline_get(run=run) if run.started_at else None
-    if timeline is None or until <= since:
+    if run.started_at is None or until <= since:
         return GoodputReport(since, max(until, since), goodput.Breakdown(), [])
-    total = goodput.breakdown(timeline, since=since, until=until, now=now)
-    return GoodputReport(since, until, total, goodput.daily(timeline, since=since, until=until, now=now))
+    if timeline is None:
+        timeline = run_timeline_get(run=run)
+    total, days = goodput.breakdown_and_daily(timeline, since=since, until=until, now=now)
+    return GoodputReport(since, until, total, days)
 
 
 def runs_in_window(*, since: datetime, until: datetime) -> list[Run]:
@@ -112,10 +181,10 @@ def fleet_goodput_get(*, since: datetime, until: datetime, now: datetime) -> Fle
     total, by_day, by_run, lost = goodput.Breakdown(), {}, [], {}
     for run in runs_in_window(since=since, until=until):
         timeline = run_timeline_get(run=run)
-        run_total = goodput.breakdown(timeline, since=since, until=until, now=now)
+        run_total, run_days = goodput.breakdown_and_daily(timeline, since=since, until=until, now=now)
         by_run.append((run, run_total))
         total += run_total.weighted(run.gpu_count)
-        for day, breakdown in goodput.daily(timeline, since=since, until=until, now=now):
+        for day, breakdown in run_days:
             by_day[day] = by_day.get(day, goodput.Breakdown()) + breakdown.weighted(run.gpu_count)
         for cost in goodput.interruption_costs(timeline, now=now):
             if since <= cost.fault_at < until:

@@ -1,12 +1,18 @@
 """Web console pages. Function-based, login required; htmx requests get the named partial."""
 
+from collections import Counter
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count
 from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.vary import vary_on_headers
+
+from incidents import selectors as incident_selectors
+from incidents.domain.xid import XidSample, dedupe_xids
 
 from . import charts, selectors
 from .domain import advisor, goodput
@@ -22,16 +28,44 @@ def overview(request):
     if state not in Run.State.values:
         state = ""
     context = {
-        "clusters": selectors.node_states_by_cluster(),
-        "node_states": Node.STATES,
         "runs": selectors.runs_list(state=state),
         "run_states": Run.State.values,
         "state": state,
         "pending_events": selectors.events_pending_count(),
-        "interruptions": selectors.interruptions_recent(),
     }
-    template = "runs/overview.html#run-table" if request.htmx else "runs/overview.html"
-    return render(request, template, context)
+    if request.htmx:
+        return render(request, "runs/overview.html#run-table", context)
+    context |= {
+        "clusters": selectors.node_states_by_cluster(),
+        "node_states": Node.STATES,
+        "interruptions": selectors.interruptions_recent(),
+        **_fleet_health_context(timezone.now()),
+    }
+    return render(request, "runs/overview.html", context)
+
+
+def _fleet_health_context(now) -> dict:
+    """What the on-call looks at first: goodput now, what is open, which nodes are bad, every node's state."""
+    grid = selectors.node_grid_get()
+    goodput_24h = selectors.fleet_goodput_get(since=now - timedelta(hours=24), until=now, now=now).total
+    suspect_count, suspects = selectors.suspect_nodes_get(limit=8)
+    lemon_count, lemons = selectors.lemon_nodes_get(limit=8)
+    state_counts = Counter(state for row in grid for _, state in row.nodes)
+    return {
+        "grid": grid,
+        "node_url": reverse("node-page", args=["-"])[:-1],  # one reverse, not one per cell
+        "grid_width": max((len(row.nodes) for row in grid), default=0),
+        "grid_legend": [(value, label, state_counts[value]) for value, label in Node.STATES],
+        "node_total": sum(state_counts.values()),
+        "in_incident": incident_selectors.nodes_in_open_incidents(),
+        "goodput_24h": goodput_24h if goodput_24h.wall_clock_s > 0 else None,
+        "open_incidents": list(incident_selectors.incidents_list(open_only=True)[:8]),
+        "open_summary": incident_selectors.open_incidents_summary(),
+        "suspect_count": suspect_count,
+        "suspects": suspects,
+        "lemon_count": lemon_count,
+        "lemons": lemons,
+    }
 
 
 @login_required
@@ -125,10 +159,26 @@ def fleet(request):
 @login_required
 def node_detail(request, hostname):
     node = get_object_or_404(Node.objects.select_related("cluster"), hostname=hostname)
+    alerts = list(node.alerts.select_related("incident", "gpu").order_by("status", "-last_seen_at")[:50])
     context = {
         "node": node,
         "gpus": node.gpus.all(),
         "events": selectors.node_recent_events(node=node),
+        **_xid_history(node),
+        "alerts": alerts,
+        # Statistical evidence against the node: slow ranks, disagreeing gradients, too many interruptions.
+        "evidence_alerts": [a for a in alerts if a.kind in ("straggler", "sdc", "lemon")],
         "interruptions": node.interruptions.select_related("run").order_by("-fault_at")[:20],
     }
     return render(request, "runs/node_detail.html", context)
+
+
+def _xid_history(node: Node, *, bursts: int = 50) -> dict:
+    """The node's Xids newest first, a storm folded into one row with its count (as detection folds it)."""
+    events = selectors.node_xid_events(node=node)
+    samples = [
+        XidSample(time, node.hostname, data["gpu"], data["xid"], data.get("message", ""), data.get("recovery_action"))
+        for time, data in events
+    ]
+    faults = dedupe_xids(samples, window_s=settings.XID_DEDUPE_WINDOW_S)
+    return {"xids": sorted(faults, key=lambda f: f.last_at, reverse=True)[:bursts], "xid_events": len(events)}

@@ -9,22 +9,28 @@ a Breakdown made by `weighted()` or `fleet()` holds GPU-seconds in the same fiel
 How time is attributed: every interruption and checkpoint becomes labelled intervals, overlaps are resolved
 by a fixed priority (STAGES order: downtime first, then rewound work, then checkpoint blocking; between two
 interruptions with the same stage, the earlier one), everything is clipped to the window and to the run's
-own span, and whatever no label covers is productive. Sums are kept in timedelta (exact microseconds) until
-the end, so productive + stages == wall-clock and windows add up to float rounding only.
+own span, and whatever no label covers is productive. Inside, every instant is a whole number of microseconds
+since the Unix epoch (a datetime holds whole microseconds, so nothing is rounded) and sums stay integers until
+the end: productive + stages == wall-clock and windows add up to float rounding of the final division only.
+
+Speed (docs/PERFORMANCE.md): a 54-day run with ~500 interruptions and ~2,000 checkpoints is resolved in one
+pass. Interruption stages are resolved by priority only where they overlap one another; checkpoint blocking,
+the lowest priority, is the union of the writes less whatever the interruptions own.
 """
 
 from bisect import bisect_left, bisect_right
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, date, datetime, time, timedelta
-from operator import itemgetter
 
 # The order is the priority: where labelled intervals overlap, the earlier stage owns the time.
 # "other" is downtime of an interruption that none of its three stages explains (see _downtime).
 STAGES = ("detection", "rescheduling", "reload", "other", "rewound", "checkpoint")
-_RANK = {stage: rank for rank, stage in enumerate(STAGES)}
+_DETECTION, _RESCHEDULING, _RELOAD, _OTHER, _REWOUND, _CHECKPOINT = range(len(STAGES))
 _NO_OWNER = -1  # checkpoint blocking belongs to no interruption
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+_US_PER_S = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -140,17 +146,35 @@ def breakdown(timeline: RunTimeline, *, since: datetime, until: datetime, now: d
     """Where the run's time in [since, until) went, counting only up to its end (or `now`)."""
     if until <= since:
         return Breakdown()
-    return _breakdowns(timeline, [(since, until)], now=now)[0]
+    return _breakdowns(timeline, [_us(since), _us(until)], now=now)[0]
 
 
 def daily(timeline: RunTimeline, *, since: datetime, until: datetime, now: datetime) -> list[tuple[date, Breakdown]]:
     """One breakdown per UTC day that meets [since, until), edge days counted in part; zeros where idle."""
+    return breakdown_and_daily(timeline, since=since, until=until, now=now)[1]
+
+
+def breakdown_and_daily(
+    timeline: RunTimeline, *, since: datetime, until: datetime, now: datetime
+) -> tuple[Breakdown, list[tuple[date, Breakdown]]]:
+    """breakdown() and daily() of the same window from one pass over the run.
+
+    The total is the days' sum taken in whole microseconds before any division, so it is exactly what
+    breakdown() gives for [since, until); the days of a window add up to it by construction.
+    """
+    if until <= since:
+        return Breakdown(), []
     return _by_period(timeline, since=since, until=until, now=now, period_start=_day_start, length=timedelta(days=1))
 
 
 def weekly(timeline: RunTimeline, *, since: datetime, until: datetime, now: datetime) -> list[tuple[date, Breakdown]]:
     """One breakdown per ISO week (keyed by its Monday, UTC) that meets [since, until)."""
-    return _by_period(timeline, since=since, until=until, now=now, period_start=_week_start, length=timedelta(days=7))
+    if until <= since:
+        return []
+    _total, weeks = _by_period(
+        timeline, since=since, until=until, now=now, period_start=_week_start, length=timedelta(days=7)
+    )
+    return weeks
 
 
 def fleet(timelines: Iterable[RunTimeline], *, since: datetime, until: datetime, now: datetime) -> Breakdown:
@@ -163,23 +187,20 @@ def fleet(timelines: Iterable[RunTimeline], *, since: datetime, until: datetime,
 
 def interruption_costs(timeline: RunTimeline, *, now: datetime) -> list[InterruptionCost]:
     """Each interruption's cost over the whole run, in fault order. Overlaps are charged once, as in breakdown()."""
-    run_end = timeline.ended_at or now
-    interruptions = _in_fault_order(timeline)
-    spent = [dict.fromkeys(STAGES, timedelta()) for _ in interruptions]
-    for start, end, stage, owner in _resolve(_labelled(timeline, run_end)):
-        if owner != _NO_OWNER:
-            spent[owner][stage] += end - start
+    resolved = _Resolved.of(timeline, now=now)
+    spent = [[0] * len(STAGES) for _ in resolved.interruptions]
+    for start, end, rank, owner in resolved.owned:
+        spent[owner][rank] += end - start
     costs = []
-    for number, (span, stages) in enumerate(zip(interruptions, spent, strict=True), start=1):
-        minutes = {f"{stage}_min": stages[stage].total_seconds() / 60 for stage in STAGES if stage != "checkpoint"}
-        lost_s = sum(stages.values(), timedelta()).total_seconds()
+    for number, (span, stages) in enumerate(zip(resolved.interruptions, spent, strict=True), start=1):
+        minutes = {f"{stage}_min": stages[rank] / _US_PER_S / 60 for rank, stage in enumerate(STAGES[:_CHECKPOINT])}
         costs.append(
             InterruptionCost(
                 number=number,
                 fault_at=span.fault_at,
                 cause=span.cause,
                 planned=span.planned,
-                gpu_hours=gpu_hours(lost_s, timeline.gpus),
+                gpu_hours=gpu_hours(sum(stages) / _US_PER_S, timeline.gpus),
                 **minutes,
             )
         )
@@ -187,9 +208,30 @@ def interruption_costs(timeline: RunTimeline, *, now: datetime) -> list[Interrup
 
 
 def segments(timeline: RunTimeline, *, now: datetime) -> list[tuple[datetime, datetime, str]]:
-    """The run's lost time as disjoint (start, end, stage) spans in time order; the gaps are productive."""
-    run_end = timeline.ended_at or now
-    return [(start, end, stage) for start, end, stage, _owner in _resolve(_labelled(timeline, run_end))]
+    """The run's lost time as disjoint (start, end, stage) spans in time order (UTC); the gaps are productive."""
+    resolved = _Resolved.of(timeline, now=now)
+    return [(_datetime(start), _datetime(end), STAGES[rank]) for start, end, rank, _owner in resolved.in_time_order()]
+
+
+# -- time as whole microseconds ------------------------------------------------------------------------------
+
+
+def _us(moment: datetime) -> int:
+    """An aware datetime as whole microseconds since the Unix epoch: exact, a datetime has no finer grain."""
+    return (moment - _EPOCH) // _US
+
+
+def _datetime(microseconds: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=microseconds)
+
+
+def _blocking_us(seconds: float) -> int:
+    """A blocking cost in whole microseconds, rounded as `timedelta(seconds=...)` rounds (half to even on the
+    fraction), so that it ends where CheckpointSpan.blocked_until does. Negative and NaN costs block for 0."""
+    if not seconds > 0:
+        return 0
+    whole = int(seconds)
+    return whole * _US_PER_S + round((seconds - whole) * _US_PER_S)
 
 
 # -- periods ---------------------------------------------------------------------------------------------
@@ -212,100 +254,150 @@ def _by_period(
     now: datetime,
     period_start: Callable[[datetime], datetime],
     length: timedelta,
-) -> list[tuple[date, Breakdown]]:
+) -> tuple[Breakdown, list[tuple[date, Breakdown]]]:
+    """The window's total and one breakdown per period; since < until."""
     # Period arithmetic in UTC, where days are always 24 h: a DST-aware zone would make some days 23 h long.
-    periods, keys = [], []
+    bounds, keys = [_us(since)], []
     start = since
     while start < until:
-        end = min(period_start(start) + length, until)
-        periods.append((start, end))
-        keys.append(period_start(start).date())
-        start = end
-    return list(zip(keys, _breakdowns(timeline, periods, now=now), strict=True))
+        first = period_start(start)
+        start = min(first + length, until)
+        bounds.append(_us(start))
+        keys.append(first.date())
+    tallies = _tallies(timeline, bounds, now=now)
+    total = [sum(column) for column in zip(*tallies, strict=True)]
+    return _breakdown(total), [(key, _breakdown(tally)) for key, tally in zip(keys, tallies, strict=True)]
 
 
-def _breakdowns(timeline: RunTimeline, periods: list[tuple[datetime, datetime]], *, now: datetime) -> list[Breakdown]:
-    """Breakdowns for contiguous, ordered periods, from one pass over the resolved timeline."""
-    run_end = timeline.ended_at or now
-    starts = [start for start, _ in periods]
-    spent = [dict.fromkeys(STAGES, timedelta()) for _ in periods]
-    for start, end, stage, _owner in _resolve(_labelled(timeline, run_end)):
-        index = max(bisect_right(starts, start) - 1, 0)
-        while index < len(periods) and periods[index][0] < end:
-            spent[index][stage] += _overlap(start, end, *periods[index])
-            index += 1
-    faults = sorted(span.fault_at for span in timeline.interruptions)
-    result = []
-    for (start, end), stages in zip(periods, spent, strict=True):
-        wall = _overlap(start, end, timeline.started_at, run_end)
-        lost = sum(stages.values(), timedelta())
-        result.append(
-            Breakdown(
-                wall_clock_s=wall.total_seconds(),
-                productive_s=(wall - lost).total_seconds(),
-                interruptions=bisect_left(faults, end) - bisect_left(faults, start),
-                **{f"{stage}_s": stages[stage].total_seconds() for stage in STAGES},
-            )
-        )
-    return result
+def _breakdowns(timeline: RunTimeline, bounds: list[int], *, now: datetime) -> list[Breakdown]:
+    return [_breakdown(tally) for tally in _tallies(timeline, bounds, now=now)]
 
 
-def _overlap(start: datetime, end: datetime, lo: datetime, hi: datetime) -> timedelta:
-    return max(min(end, hi) - max(start, lo), timedelta())
+# A tally of one period, in whole microseconds: one slot per stage (STAGES order), then wall-clock, then the
+# count of faults in the period.
+_WALL, _FAULTS = len(STAGES), len(STAGES) + 1
+
+
+def _tallies(timeline: RunTimeline, bounds: list[int], *, now: datetime) -> list[list[int]]:
+    """Tallies for the contiguous periods [bounds[i], bounds[i + 1]), from one pass over the resolved timeline."""
+    resolved = _Resolved.of(timeline, now=now)
+    last = len(bounds) - 1
+    tallies = [[0] * (_FAULTS + 1) for _ in range(last)]
+    for segments_ in (resolved.owned, resolved.blocking):
+        for start, end, rank, _owner in segments_:
+            index = bisect_right(bounds, start) - 1
+            if index < 0:
+                index = 0
+            while index < last and bounds[index] < end:
+                lo, hi = bounds[index], bounds[index + 1]
+                lo, hi = (start if start > lo else lo), (end if end < hi else hi)
+                if hi > lo:
+                    tallies[index][rank] += hi - lo
+                index += 1
+    for index, tally in enumerate(tallies):
+        lo, hi = bounds[index], bounds[index + 1]
+        tally[_WALL] = max(min(hi, resolved.run_end) - max(lo, resolved.started), 0)
+        tally[_FAULTS] = bisect_left(resolved.faults, hi) - bisect_left(resolved.faults, lo)
+    return tallies
+
+
+def _breakdown(tally: list[int]) -> Breakdown:
+    wall, lost = tally[_WALL], sum(tally[:_WALL])
+    return Breakdown(
+        wall_clock_s=wall / _US_PER_S,
+        productive_s=(wall - lost) / _US_PER_S,
+        interruptions=tally[_FAULTS],
+        **{f"{stage}_s": tally[rank] / _US_PER_S for rank, stage in enumerate(STAGES)},
+    )
 
 
 # -- labelling and overlap resolution ----------------------------------------------------------------------
 
-Span = tuple[datetime, datetime, str, int]  # start, end, stage, owner (interruption index or _NO_OWNER)
+# start, end (microseconds), rank (index into STAGES, the priority), owner (interruption index or _NO_OWNER)
+Span = tuple[int, int, int, int]
 
 
-def _in_fault_order(timeline: RunTimeline) -> list[InterruptionSpan]:
-    return sorted(timeline.interruptions, key=lambda span: span.fault_at)
+@dataclass(frozen=True)
+class _Resolved:
+    """A run's lost time as disjoint spans: what interruptions own, and checkpoint blocking nobody else owns.
+
+    Both lists are in time order and disjoint from each other; together they are the priority resolution of
+    every labelled interval of the run (each instant to the highest-priority label covering it, once).
+    """
+
+    started: int
+    run_end: int
+    interruptions: list[InterruptionSpan]  # in fault order: owner i is interruptions[i]
+    faults: list[int]  # their fault times, ascending
+    owned: list[Span]
+    blocking: list[Span]
+
+    @classmethod
+    def of(cls, timeline: RunTimeline, *, now: datetime) -> "_Resolved":
+        started, run_end = _us(timeline.started_at), _us(timeline.ended_at or now)
+        keyed = sorted(((_us(span.fault_at), index) for index, span in enumerate(timeline.interruptions)))
+        interruptions = [timeline.interruptions[index] for _, index in keyed]
+        faults = [fault for fault, _ in keyed]
+        writes = []  # clipped to the run
+        written: dict[int, list[int]] = {}  # step -> when its blocking ended, looked up once per interruption
+        for checkpoint in timeline.checkpoints:
+            # The hot loop of a long run (thousands of checkpoints): _us() inlined.
+            start = (checkpoint.started_at - _EPOCH) // _US
+            end = start + _blocking_us(checkpoint.blocking_s)
+            written.setdefault(checkpoint.step, []).append(end)
+            start, end = (start if start > started else started), (end if end < run_end else run_end)
+            if start < end:
+                writes.append((start, end))
+        owned = _resolve(_labelled(interruptions, faults, written, started, run_end))
+        return cls(started, run_end, interruptions, faults, owned, _uncovered(_union(writes), owned))
+
+    def in_time_order(self) -> list[Span]:
+        return sorted(self.owned + self.blocking)
 
 
-def _labelled(timeline: RunTimeline, run_end: datetime) -> list[Span]:
-    """Every labelled interval of the run, clipped to [started_at, run_end); they may overlap."""
-    spans: list[Span] = [(c.started_at, c.blocked_until, "checkpoint", _NO_OWNER) for c in timeline.checkpoints]
-    interruptions = _in_fault_order(timeline)
-    written: dict[int, list[datetime]] = {}  # step -> when its blocking ended, looked up once per interruption
-    for checkpoint in timeline.checkpoints:
-        written.setdefault(checkpoint.step, []).append(checkpoint.blocked_until)
-    previous_end = timeline.started_at
+def _labelled(
+    interruptions: list[InterruptionSpan], faults: list[int], written: dict[int, list[int]], started: int, run_end: int
+) -> list[Span]:
+    """Every labelled interval the interruptions own, clipped to [started, run_end); they may overlap."""
+    spans: list[Span] = []
+    previous_end = started
+    count = len(interruptions)
     for owner, span in enumerate(interruptions):
+        fault = faults[owner]
         # A stage still open ends where the run does, or at the next fault: a failure during reload starts
         # a new interruption, it does not extend the old one.
-        later = [nxt.fault_at for nxt in interruptions[owner + 1 : owner + 2]]
-        open_end = min([run_end, *later])
-        spans += [(start, end, stage, owner) for start, end, stage in _downtime(span, open_end)]
-        rewound_from = _rewound_from(span, written, max(previous_end, timeline.started_at))
-        spans.append((rewound_from, span.fault_at, "rewound", owner))
-        previous_end = span.resumed_at if span.resumed_at is not None else open_end
-    clipped = [(max(start, timeline.started_at), min(end, run_end), stage, owner) for start, end, stage, owner in spans]
-    return [span for span in clipped if span[0] < span[1]]
+        open_end = min(run_end, faults[owner + 1]) if owner + 1 < count else run_end
+        running = None if span.running_at is None else _us(span.running_at)
+        resumed = None if span.resumed_at is None else _us(span.resumed_at)
+        detected = max(_us(span.detected_at), fault)
+        spans.append((fault, detected, _DETECTION, owner))
+        # "other" covers the whole downtime at lower priority than the stages. It shows through only where they
+        # leave a gap: training resumed but the restart time is unknown (resumed_at without running_at), so
+        # [detected_at, resumed_at) cannot be split between them. Where the stages cover it, it is left out.
+        if running is not None:
+            reload_end = resumed if resumed is not None else open_end
+            spans.append((detected, running, _RESCHEDULING, owner))
+            spans.append((running, reload_end, _RELOAD, owner))
+            down_until, covered = max(detected, running, reload_end), detected <= running <= reload_end
+        elif resumed is None:
+            spans.append((detected, open_end, _RESCHEDULING, owner))
+            down_until, covered = max(detected, open_end), True
+        else:
+            down_until = max(detected, resumed)
+            covered = down_until == detected
+        if not covered:
+            spans.append((fault, down_until, _OTHER, owner))
+        spans.append((_rewound_from(span, fault, written, max(previous_end, started)), fault, _REWOUND, owner))
+        previous_end = resumed if resumed is not None else open_end
+    clipped = []
+    for start, end, rank, owner in spans:
+        start, end = (start if start > started else started), (end if end < run_end else run_end)
+        if start < end:
+            clipped.append((start, end, rank, owner))
+    return clipped
 
 
-def _downtime(span: InterruptionSpan, open_end: datetime) -> list[tuple[datetime, datetime, str]]:
-    """Detection, rescheduling and reload, plus "other" over the whole downtime at lower priority.
-
-    "other" shows through only where the stages leave a gap: training resumed but the restart time is
-    unknown (resumed_at without running_at), so [detected_at, resumed_at) cannot be split between them.
-    """
-    fault, running, resumed = span.fault_at, span.running_at, span.resumed_at
-    detected = max(span.detected_at, fault)
-    stages = [(fault, detected, "detection")]
-    if running is not None:
-        stages.append((detected, running, "rescheduling"))
-        stages.append((running, resumed if resumed is not None else open_end, "reload"))
-    elif resumed is None:
-        stages.append((detected, open_end, "rescheduling"))
-    down_until = max(end for _, end, _ in stages)
-    if resumed is not None:
-        down_until = max(down_until, resumed)
-    stages.append((fault, down_until, "other"))
-    return stages
-
-
-def _rewound_from(span: InterruptionSpan, written: dict[int, list[datetime]], fallback: datetime) -> datetime:
+def _rewound_from(span: InterruptionSpan, fault: int, written: dict[int, list[int]], fallback: int) -> int:
     """Where the work lost by this fault began: the end of the blocking part of the checkpoint it resumed from.
 
     Only a checkpoint whose blocking ended by the fault counts. Without one (not resumed yet, or the step is
@@ -313,29 +405,44 @@ def _rewound_from(span: InterruptionSpan, written: dict[int, list[datetime]], fa
     """
     if span.resumed_from_step is None:
         return fallback
-    ends = [end for end in written.get(span.resumed_from_step, ()) if end <= span.fault_at]
-    return max(ends, default=fallback)
+    return max((end for end in written.get(span.resumed_from_step, ()) if end <= fault), default=fallback)
 
 
-def _resolve(spans: Iterable[Span]) -> list[Span]:
-    """Disjoint, time-ordered spans: each instant goes to the highest-priority label covering it, once."""
-    edges = []
-    for start, end, stage, owner in spans:
-        key = (_RANK[stage], owner)
-        edges += [(start, 1, key), (end, -1, key)]
-    edges.sort(key=itemgetter(0))
-    active: Counter = Counter()
+def _resolve(spans: list[Span]) -> list[Span]:
+    """Disjoint, time-ordered spans: each instant goes to the highest-priority label covering it, once.
+
+    Spans that overlap nothing are taken as they are; only clusters of overlapping ones go through the sweep.
+    """
+    spans.sort()
     resolved: list[Span] = []
-    previous = None
-    for at, change, key in edges:
-        if previous is not None and previous < at and active:
-            rank, owner = min(active)
-            _append(resolved, (previous, at, STAGES[rank], owner))
-        active[key] += change
+    index, count = 0, len(spans)
+    while index < count:
+        reach, last = spans[index][1], index + 1
+        while last < count and spans[last][0] < reach:
+            if spans[last][1] > reach:
+                reach = spans[last][1]
+            last += 1
+        for span in spans[index:last] if last == index + 1 else _sweep(spans[index:last]):
+            _append(resolved, span)
+        index = last
+    return resolved
+
+
+def _sweep(spans: list[Span]) -> list[Span]:
+    """The priority resolution of a few overlapping spans: the lowest (rank, owner) active wins each instant."""
+    edges = sorted([edge for s, e, rank, owner in spans for edge in ((s, 1, rank, owner), (e, -1, rank, owner))])
+    active: dict[tuple[int, int], int] = {}
+    swept: list[Span] = []
+    previous = edges[0][0]
+    for at, change, rank, owner in edges:
+        if previous < at and active:
+            swept.append((previous, at, *min(active)))
+        key = (rank, owner)
+        active[key] = active.get(key, 0) + change
         if not active[key]:
             del active[key]
         previous = at
-    return resolved
+    return swept
 
 
 def _append(resolved: list[Span], span: Span) -> None:
@@ -343,3 +450,37 @@ def _append(resolved: list[Span], span: Span) -> None:
         resolved[-1] = (resolved[-1][0], span[1], span[2], span[3])
     else:
         resolved.append(span)
+
+
+def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Overlapping or touching intervals merged; in time order."""
+    spans.sort()
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _uncovered(blocking: list[tuple[int, int]], owned: list[Span]) -> list[Span]:
+    """The parts of the (merged, ordered) checkpoint writes that no interruption owns: checkpoint time.
+
+    Blocking has the lowest priority, so it needs no sweep: it is what is left once the owned spans are cut out.
+    """
+    pieces: list[Span] = []
+    first, count = 0, len(owned)
+    for start, end in blocking:
+        while first < count and owned[first][1] <= start:
+            first += 1
+        at, index = start, first
+        while index < count and owned[index][0] < end:
+            if owned[index][0] > at:
+                pieces.append((at, owned[index][0], _CHECKPOINT, _NO_OWNER))
+            at = max(at, owned[index][1])
+            index += 1
+        if at < end:
+            pieces.append((at, end, _CHECKPOINT, _NO_OWNER))
+    return pieces

@@ -1,0 +1,103 @@
+"""Playbook definitions and the policies around them. Pure: no Django import.
+
+A definition is plain data (it is frozen into each execution as JSON). Each step names an operation the
+engine knows (incidents/playbooks.py), the kind of action it is (for the approval policy), its retry budget
+and its timeout in seconds. Operations are idempotent: "ensure drained", not "drain".
+"""
+
+import math
+
+DRAIN_AND_REPLACE = {
+    "name": "drain-and-replace",
+    "title": "Drain the bad node and put the run back on a hot spare",
+    "steps": [
+        {"name": "drain", "operation": "drain_node", "action": "drain", "retries": 3, "timeout_s": 120},
+        {"name": "pick spare", "operation": "pick_spare", "action": "read", "retries": 3, "timeout_s": 60},
+        {"name": "requeue job", "operation": "requeue_job", "action": "requeue", "retries": 3, "timeout_s": 120},
+        {"name": "wait running", "operation": "wait_job_running", "action": "read", "retries": 30, "timeout_s": 600},
+        {"name": "send to repair", "operation": "send_to_repair", "action": "repair", "retries": 3, "timeout_s": 120},
+    ],
+}
+
+RETURN_TO_SERVICE = {
+    "name": "return-to-service",
+    "title": "Gate a repaired node (DCGM diagnostics, NCCL all-reduce, burn-in) back into the spare pool",
+    "steps": [
+        {
+            "name": "dcgm diag",
+            "operation": "health_check",
+            "check": "dcgm_diag",
+            "action": "read",
+            "retries": 3,
+            "timeout_s": 900,
+        },
+        {
+            "name": "nccl all-reduce",
+            "operation": "health_check",
+            "check": "nccl_allreduce",
+            "action": "read",
+            "retries": 3,
+            "timeout_s": 900,
+        },
+        {
+            "name": "burn-in",
+            "operation": "health_check",
+            "check": "burn_in",
+            "action": "read",
+            "retries": 3,
+            "timeout_s": 3600,
+        },
+        {"name": "return to spares", "operation": "return_to_pool", "action": "resume", "retries": 3, "timeout_s": 120},
+    ],
+}
+
+PLAYBOOKS = {p["name"]: p for p in (DRAIN_AND_REPLACE, RETURN_TO_SERVICE)}
+
+# Who must approve an action at a severity: "" (automatic), "oncall" or "admin".
+DEFAULT_APPROVALS = {
+    "drain": {"SEV1": "", "SEV2": "", "SEV3": "", "SEV4": "oncall"},
+    "requeue": {"SEV1": "", "SEV2": "", "SEV3": "", "SEV4": "oncall"},
+    "repair": {"SEV1": "", "SEV2": "", "SEV3": "", "SEV4": ""},
+    "resume": {"SEV1": "oncall", "SEV2": "oncall", "SEV3": "oncall", "SEV4": "oncall"},
+    "read": {},
+}
+
+
+def approver_for(*, action: str, severity: str | None, policy: dict | None = None) -> str:
+    """The role that must approve this action at this severity; "" when it runs on its own.
+
+    Without an incident (a playbook started by hand) the SEV4 rule applies: the least automatic one.
+    """
+    rules = (policy or DEFAULT_APPROVALS).get(action, {})
+    return rules.get(severity or "SEV4", "")
+
+
+def breaker_open(*, taken_out: int, fleet: int, max_share: float) -> bool:
+    """True when taking one more node out would put more than max_share of the fleet out of service."""
+    if fleet <= 0:
+        return True
+    return (taken_out + 1) / fleet > max_share
+
+
+def backoff_s(attempt: int, *, base_s: float = 2.0, cap_s: float = 60.0) -> float:
+    """Seconds before retry number `attempt` (1-based): exponential, capped."""
+    return min(base_s * 2 ** max(attempt - 1, 0), cap_s)
+
+
+def spares_needed(
+    *, failures_per_hour: float, repair_hours: float, target: float = 0.01, max_spares: int = 1000
+) -> int:
+    """The smallest hot-spare pool with P(more failures within one repair window than spares) < target.
+
+    Failures in a repair window are Poisson with mean failures_per_hour x repair_hours (DOMAIN.md section 5).
+    """
+    mean = failures_per_hour * repair_hours
+    if mean <= 0:
+        return 0
+    term = cumulative = math.exp(-mean)
+    for spares in range(max_spares + 1):
+        if 1 - cumulative < target:
+            return spares
+        term *= mean / (spares + 1)
+        cumulative += term
+    return max_spares

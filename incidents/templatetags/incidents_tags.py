@@ -1,0 +1,21 @@
+import json
+
+from django import template
+
+from incidents import selectors
+
+register = template.Library()
+
+
+@register.simple_tag
+def open_incidents() -> selectors.OpenSummary:
+    return selectors.open_incidents_summary()
+
+
+@register.filter
+def evidence_value(value, limit=300):
+    """A detector's evidence value for reading: numbers and words as they are, lists and objects as short JSON."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        return "—" if value is None else value
+    text = json.dumps(value, separators=(", ", ": "), default=str)
+    return text if len(text) <= int(limit) else text[: int(limit)] + " …"

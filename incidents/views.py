@@ -1,0 +1,185 @@
+"""On-call pages: the incident board, the incident page and the actions on it.
+
+Anyone signed in reads; acting needs the oncall or admin role (fleetops.roles.can_act). A refused action
+changes nothing but leaves an audit entry (services.action_refused) and answers 403.
+"""
+
+from collections import Counter
+
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling, trigger_client_event
+
+from fleetops.roles import can_act, is_admin
+
+from . import selectors, services
+from .forms import BoardFilterForm
+from .models import Incident
+
+BOARD_LIMIT = 200
+PARTS = ("impact", "timeline")  # what the incident page polls for while the incident is open
+
+
+def _partial(request, template: str, context: dict, *, polling: bool) -> HttpResponse:
+    html = render_to_string(template, context, request=request)
+    # Status 286 tells htmx to stop polling: nothing on it changes by itself any more.
+    return HttpResponse(html) if polling else HttpResponseStopPolling(html)
+
+
+@login_required
+@vary_on_headers("HX-Request")
+def board(request):
+    form = BoardFilterForm(request.GET)
+    incidents = list(selectors.incidents_list(**form.selector_kwargs()).prefetch_related("nodes")[:BOARD_LIMIT])
+    now = timezone.now()
+    for incident in incidents:
+        incident.impact = selectors.incident_impact(incident=incident, now=now)
+    open_counts = Counter(i.severity for i in incidents if i.is_open)
+    polling = bool(open_counts)
+    context = {
+        "form": form,
+        "incidents": incidents,
+        "severity_counts": [(severity, open_counts[severity]) for severity in Incident.Severity.values],
+        "polling": polling,
+        "query": request.GET.urlencode(),
+        "now": now,
+    }
+    if request.htmx:
+        # Nothing open: the list stops polling; the nav's open count (open_count) still watches and fires
+        # incidents-changed, on which the list reloads once.
+        return _partial(request, "incidents/board.html#incident-list", context, polling=polling)
+    return render(request, "incidents/board.html", context)
+
+
+def open_count(request):
+    """The nav's open-incident badge; tells the page (incidents-changed) when what is open changed since `seen`."""
+    if not request.user.is_authenticated:
+        if request.htmx:
+            # The session ended under a page left open all day: send the whole page to the login form (every page
+            # polls this badge), rather than swap the form into the badge.
+            return HttpResponseClientRedirect(redirect_to_login(request.htmx.current_url_abs_path or "/").url)
+        return redirect_to_login(request.get_full_path())
+    summary = selectors.open_incidents_summary()
+    response = render(request, "base.html#open-incidents", {"nav_open": summary})
+    if request.GET.get("seen") != summary.signature:
+        trigger_client_event(response, "incidents-changed")
+    return response
+
+
+@login_required
+@vary_on_headers("HX-Request")
+def incident_page(request, pk):
+    incident = get_object_or_404(selectors.incidents_list(), pk=pk)
+    context = _incident_context(request, incident)
+    part = request.GET.get("part")
+    if request.htmx and part in PARTS:
+        return _partial(request, f"incidents/incident.html#incident-{part}", context, polling=incident.is_open)
+    return render(request, "incidents/incident.html", context)
+
+
+def _incident_context(request, incident: Incident, *, error: str = "") -> dict:
+    user, assignees = request.user, list(incident.assignees.all())
+    return {
+        "incident": incident,
+        "impact": selectors.incident_impact(incident=incident, now=timezone.now()),
+        "alerts": list(incident.alerts.select_related("node", "gpu").order_by("status", "-last_seen_at")),
+        "nodes": list(incident.nodes.all()),
+        "assignees": assignees,
+        "timeline": selectors.incident_timeline_get(incident=incident),
+        "refusals": selectors.incident_refusals_get(incident=incident) if is_admin(user) else [],
+        "can_act": can_act(user),
+        "is_assignee": user in assignees,
+        "severities": Incident.Severity.values,
+        "escalate_to": _one_up(incident.severity),
+        "error": error,
+    }
+
+
+def _one_up(severity: str) -> str | None:
+    position = Incident.Severity.values.index(severity)
+    return Incident.Severity.values[position - 1] if position else None
+
+
+# --- Actions: each takes (incident, actor, request) and calls one service -------------------------------
+
+
+def _text(request, name: str) -> str:
+    return request.POST.get(name, "").strip()
+
+
+def _acknowledge(incident, actor, request):
+    services.incident_acknowledge(incident=incident, actor=actor)
+
+
+def _assign_to_me(incident, actor, request):
+    services.incident_assign(incident=incident, actor=actor, assignee=request.user)
+
+
+def _take_command(incident, actor, request):
+    services.incident_commander_set(incident=incident, actor=actor, commander=request.user)
+
+
+def _escalate(incident, actor, request):
+    services.incident_escalate(incident=incident, actor=actor, reason=_text(request, "reason"))
+
+
+def _add_note(incident, actor, request):
+    services.incident_note_add(incident=incident, actor=actor, text=_text(request, "text"))
+
+
+def _change_severity(incident, actor, request):
+    reason = _text(request, "reason")
+    if not reason:
+        raise services.IncidentError("Say why the severity changes: impact no longer moves it after this.")
+    services.incident_severity_set(incident=incident, actor=actor, severity=_text(request, "severity"), reason=reason)
+
+
+def _resolve(incident, actor, request):
+    services.incident_resolve(incident=incident, actor=actor, override_reason=_text(request, "override_reason"))
+
+
+def _reopen(incident, actor, request):
+    services.incident_reopen(incident=incident, actor=actor, reason=_text(request, "reason"))
+
+
+# The name in the URL: (what a refusal's audit entry says was tried, the call).
+ACTIONS = {
+    "acknowledge": ("acknowledge", _acknowledge),
+    "assign": ("assign", _assign_to_me),
+    "command": ("take command", _take_command),
+    "escalate": ("escalate", _escalate),
+    "note": ("add notes to", _add_note),
+    "severity": ("change the severity of", _change_severity),
+    "resolve": ("resolve", _resolve),
+    "reopen": ("reopen", _reopen),
+}
+
+
+@require_POST
+@login_required
+def incident_act(request, pk, action):
+    incident = get_object_or_404(Incident, pk=pk)
+    verb, perform = ACTIONS[action]
+    actor = services.Actor.of_user(request.user)
+    if not can_act(request.user):
+        services.action_refused(incident=incident, actor=actor, action=verb)
+        raise PermissionDenied(f"You may not {verb} incidents: that needs the oncall role.")
+    error = ""
+    try:
+        perform(incident, actor, request)
+    except services.IncidentError as refused:
+        error = str(refused)
+    if not request.htmx and not error:
+        return redirect(incident)
+    context = {**_incident_context(request, selectors.incidents_list().get(pk=pk), error=error), "oob": request.htmx}
+    if request.htmx:
+        # The actions box is the target; header, impact and timeline come along as out-of-band swaps.
+        return render(request, "incidents/incident.html#incident-acted", context)
+    return render(request, "incidents/incident.html", context, status=409)

@@ -1,0 +1,375 @@
+"""The on-call pages: incident board, incident page and its actions, roles; the overview's node grid; node page."""
+
+import json
+import re
+
+import pytest
+from django.contrib.auth.models import Group
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from incidents import services
+from incidents.domain.detectors import Finding
+from incidents.models import Incident, TimelineEntry
+from runs.models import Node
+from tests.incidents.test_detection_flow import story_until_failure, xid_storm
+from tests.runs.scenario import at
+
+BATCH = "application/cloudevents-batch+json"
+
+
+@pytest.fixture
+def post(writer, django_capture_on_commit_callbacks):
+    def send(events):
+        with django_capture_on_commit_callbacks(execute=True):
+            response = writer.post("/api/v1/events", json.dumps(events), content_type=BATCH)
+        assert response.status_code in (200, 202), response.content
+
+    return send
+
+
+@pytest.fixture
+def incident(post) -> Incident:
+    """Run r1 failed on n2 (Xid 79 storm), the scheduler cordoned n2: one SEV3 incident, three alerts firing."""
+    post(story_until_failure() + xid_storm(20))
+    return Incident.objects.get()
+
+
+def _user(django_user_model, name, group=None):
+    user = django_user_model.objects.create_user(name, password="s3cret-pass")
+    if group:
+        user.groups.add(Group.objects.get(name=group))
+    return user
+
+
+@pytest.fixture
+def oncall(client, django_user_model):
+    client.force_login(_user(django_user_model, "ana", "oncall"))
+    return client
+
+
+@pytest.fixture
+def viewer(client, django_user_model):
+    client.force_login(_user(django_user_model, "vic", "viewer"))
+    return client
+
+
+def _other_incident(*, severity: str, key: str, status: str = "triggered") -> Incident:
+    return Incident.objects.create(
+        title=f"{severity} on {key}", group_key=key, severity=severity, status=status,
+        started_at=timezone.now(), detected_at=timezone.now(),
+    )  # fmt: skip
+
+
+# --- Login and roles ---------------------------------------------------------------------------------------
+
+
+def test_it_sends_strangers_to_the_login_page(client, incident):
+    for url in ("/incidents/", f"/incidents/{incident.pk}", "/incidents/open-count"):
+        response = client.get(url)
+        assert response.status_code == 302 and response.url.startswith("/login/?next=")
+    expired = client.get("/incidents/open-count", HTTP_HX_REQUEST="true", HTTP_HX_CURRENT_URL="http://testserver/fleet")
+    assert expired.headers["HX-Redirect"] == "/login/?next=/fleet"  # the whole page goes to the login form
+    response = client.post(f"/incidents/{incident.pk}/acknowledge")
+    assert response.status_code == 302 and response.url.startswith("/login/")
+    incident.refresh_from_db()
+    assert incident.status == "triggered" and not incident.timeline.filter(kind="refused").exists()
+
+
+def test_the_nav_links_the_board_with_the_open_count(oncall, incident):
+    html = oncall.get("/").content.decode()
+    assert 'href="/incidents/" id="nav-incidents"' in html
+    assert re.search(r'<span id="open-incidents" class="count sev-SEV3"[^>]*>1</span>', html)
+
+
+# --- Board --------------------------------------------------------------------------------------------------
+
+
+def test_the_board_lists_open_incidents_by_severity_with_impact(oncall, incident):
+    _other_incident(severity="SEV1", key="rack:r9")
+    _other_incident(severity="SEV4", key="node:old", status="resolved")
+    html = oncall.get("/incidents/").content.decode()
+    assert html.index('id="group-SEV1"') < html.index('id="group-SEV3"')
+    assert "SEV4 on node:old" not in html  # resolved: not on the board by default
+    row = html[html.index(f'id="incident-{incident.pk}"') :]
+    row = row[: row.index("</tr>")]
+    assert 'href="/runs/r1"' in row and 'href="/nodes/n2"' in row
+    assert '<td class="num impact hot">16</td>' in row  # the run's 16 GPUs idle
+    assert "3 firing" in row and "reboot node, drain" in row
+    assert "<b>1</b> SEV1" in html and "<b>1</b> SEV3" in html and "<b>0</b> SEV2" in html
+
+
+def test_the_board_filters(oncall, incident):
+    _other_incident(severity="SEV1", key="rack:r9")
+    _other_incident(severity="SEV4", key="node:old", status="resolved")
+    assert "SEV1 on rack:r9" not in oncall.get("/incidents/?severity=SEV3").content.decode()
+    assert "SEV4 on node:old" in oncall.get("/incidents/?status=resolved").content.decode()
+    html = oncall.get("/incidents/?node=n2").content.decode()
+    assert f'id="incident-{incident.pk}"' in html and "SEV1 on rack:r9" not in html
+    assert "No open incidents matching these filters" in oncall.get("/incidents/?run=nope").content.decode()
+    assert oncall.get("/incidents/?severity=SEV9").status_code == 200  # a bad filter is ignored
+
+
+def test_the_board_answers_htmx_with_the_list_only_polling_while_open(oncall, incident):
+    response = oncall.get("/incidents/?severity=SEV3", HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert html.lstrip().startswith('<section id="incident-list"') and "<html" not in html
+    assert 'hx-trigger="every 5s, incidents-changed from:body"' in html
+    assert 'hx-get="/incidents/?severity=SEV3"' in html  # the poll keeps the filters
+    assert response.headers["Vary"].count("HX-Request") == 1
+
+
+def test_the_board_stops_polling_when_nothing_is_open(oncall, db):
+    response = oncall.get("/incidents/", HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert response.status_code == 286  # htmx: stop polling
+    assert "No open incidents." in html and "every 5s" not in html
+    assert 'hx-trigger="incidents-changed from:body"' in html  # but reloads once when the nav sees a new one
+    page = oncall.get("/incidents/").content.decode()
+    assert "every 5s" not in page and "No open incidents." in page
+
+
+def test_the_open_count_tells_the_page_when_an_incident_opens(oncall, db):
+    quiet = oncall.get("/incidents/open-count?seen=0.0", HTTP_HX_REQUEST="true")
+    assert quiet.status_code == 200 and "HX-Trigger" not in quiet.headers
+    assert quiet.content.decode().startswith('<span id="open-incidents"')
+    opened = _other_incident(severity="SEV2", key="rack:r1")
+    response = oncall.get("/incidents/open-count?seen=0.0", HTTP_HX_REQUEST="true")
+    assert json.loads(response.headers["HX-Trigger"]) == {"incidents-changed": {}}
+    assert f"?seen=1.{opened.pk}" in response.content.decode() and ">1</span>" in response.content.decode()
+    assert "HX-Trigger" not in oncall.get(f"/incidents/open-count?seen=1.{opened.pk}").headers
+
+
+# --- Incident page --------------------------------------------------------------------------------------------
+
+
+def test_the_incident_page_shows_impact_alerts_timeline_and_recommended_action(oncall, incident):
+    html = oncall.get(f"/incidents/{incident.pk}").content.decode()
+    assert '<span class="sev sev-big sev-SEV3" id="incident-severity">SEV3</span>' in html
+    assert re.search(r'id="recommended-action">\s*<h3>Recommended action</h3>\s*<p>reboot node, drain</p>', html)
+    assert '<p class="huge" id="impact-gpus-idle">16</p>' in html
+    assert "GPU has fallen off the bus" in html and "21" in html  # the Xid alert folds the storm: 20 + 1
+    for kind in ("xid", "run_failed", "node_state"):
+        assert f'<td class="mono">{kind}</td>' in html
+    assert "Opened by the" in html and 'class="tl-opened"' in html
+    assert 'href="/runs/r1"' in html and 'href="/nodes/n2"' in html
+    assert "3 alerts still firing" in html and 'name="override_reason"' in html
+    assert html.count('name="csrfmiddlewaretoken"') >= 6
+    for action in ("acknowledge", "assign", "command", "note", "escalate", "severity", "resolve"):
+        url = f"/incidents/{incident.pk}/{action}"  # the page's own views, not the API's routes of the same name
+        assert f'method="post" action="{url}" hx-post="{url}"' in html, action
+    assert 'hx-confirm="Resolve #' in html and "return window.htmx ? true : confirm(" in html
+    assert oncall.get("/incidents/999999").status_code == 404
+
+
+def test_the_incident_page_polls_its_parts_while_open_and_stops_after(oncall, incident, django_user_model):
+    url = f"/incidents/{incident.pk}"
+    response = oncall.get(url + "?part=timeline", HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert response.status_code == 200 and html.lstrip().startswith('<section class="card" id="incident-timeline"')
+    assert 'hx-trigger="every 10s"' in html
+    impact = oncall.get(url + "?part=impact", HTTP_HX_REQUEST="true").content.decode()
+    assert impact.lstrip().startswith('<section id="incident-impact"')
+    actor = services.Actor.of_user(django_user_model.objects.get(username="ana"))
+    services.incident_resolve(incident=incident, actor=actor, override_reason="replaced n2")
+    assert oncall.get(url + "?part=timeline", HTTP_HX_REQUEST="true").status_code == 286
+
+
+# --- Actions ---------------------------------------------------------------------------------------------------
+
+
+def _state(incident: Incident) -> tuple:
+    incident.refresh_from_db()
+    return (
+        incident.status, incident.severity, incident.severity_overridden, incident.commander_id,
+        incident.acknowledged_at, incident.resolved_at, list(incident.assignees.values_list("pk", flat=True)),
+    )  # fmt: skip
+
+
+ACTIONS = [
+    # (action, form, expected timeline kind, check on the incident)
+    ("acknowledge", {}, "acknowledged", lambda i, u: i.status == "acknowledged" and i.commander == u),
+    ("assign", {}, "assigned", lambda i, u: list(i.assignees.all()) == [u]),
+    ("command", {}, "assigned", lambda i, u: i.commander == u),
+    ("escalate", {"reason": "second run hit"}, "escalated", lambda i, u: i.severity == "SEV2"),
+    ("note", {"text": "draining n2 by hand"}, "note", lambda i, u: True),
+    ("severity", {"severity": "SEV1", "reason": "the flagship run"}, "severity", lambda i, u: i.severity == "SEV1"),
+    ("resolve", {"override_reason": "n2 replaced"}, "resolved", lambda i, u: i.status == "resolved"),
+]
+
+
+@pytest.mark.parametrize("htmx", [False, True], ids=["form", "htmx"])
+@pytest.mark.parametrize("action, form, kind, check", ACTIONS, ids=[a[0] for a in ACTIONS])
+def test_each_action_works_for_an_oncall_engineer(oncall, incident, action, form, kind, check, htmx):
+    headers = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+    response = oncall.post(f"/incidents/{incident.pk}/{action}", form, **headers)
+    if htmx:
+        html = response.content.decode()
+        assert response.status_code == 200
+        assert html.lstrip().startswith('<section class="card actions" id="incident-actions"')
+        for part in ("incident-header", "incident-impact", "incident-timeline"):
+            assert re.search(f'id="{part}"[^>]*hx-swap-oob="true"', html), part
+    else:
+        assert response.status_code == 302 and response.url == f"/incidents/{incident.pk}"
+    incident.refresh_from_db()
+    entry = incident.timeline.filter(kind=kind).last()
+    assert entry.actor.username == "ana" and entry.actor_name == "ana"
+    assert check(incident, entry.actor)
+    if action == "note":
+        assert entry.text == "draining n2 by hand"
+        assert "draining n2 by hand" in oncall.get(f"/incidents/{incident.pk}").content.decode()
+
+
+def test_a_resolved_incident_can_be_reopened(oncall, incident):
+    oncall.post(f"/incidents/{incident.pk}/resolve", {"override_reason": "n2 replaced"})
+    html = oncall.get(f"/incidents/{incident.pk}").content.decode()
+    assert 'id="action-reopen"' in html and 'id="action-acknowledge"' not in html
+    response = oncall.post(f"/incidents/{incident.pk}/reopen", {"reason": "n2 again"})
+    assert response.status_code == 302
+    incident.refresh_from_db()
+    assert incident.status == "acknowledged" and incident.timeline.filter(kind="reopened").exists()
+
+
+def test_resolve_is_refused_while_alerts_fire_unless_a_reason_is_given(oncall, incident):
+    response = oncall.post(f"/incidents/{incident.pk}/resolve", {"override_reason": "  "})
+    assert response.status_code == 409
+    assert "3 alert(s) still firing" in response.content.decode()
+    response = oncall.post(f"/incidents/{incident.pk}/resolve", {}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 200 and 'id="action-error">3 alert(s) still firing' in response.content.decode()
+    incident.refresh_from_db()
+    assert incident.status == "triggered" and not incident.timeline.filter(kind="resolved").exists()
+    oncall.post(f"/incidents/{incident.pk}/resolve", {"override_reason": "n2 replaced by hand"})
+    incident.refresh_from_db()
+    assert incident.status == "resolved"
+    assert "with 3 alert(s) still firing: n2 replaced by hand" in incident.timeline.get(kind="resolved").text
+
+
+def test_a_severity_change_needs_a_reason_and_a_known_severity(oncall, incident):
+    assert oncall.post(f"/incidents/{incident.pk}/severity", {"severity": "SEV1"}).status_code == 409
+    assert oncall.post(f"/incidents/{incident.pk}/severity", {"severity": "SEV9", "reason": "x"}).status_code == 409
+    assert _state(incident)[1:3] == ("SEV3", False)
+
+
+def test_actions_take_only_post(oncall, incident):
+    assert oncall.get(f"/incidents/{incident.pk}/acknowledge").status_code == 405
+    assert oncall.post("/incidents/999999/acknowledge").status_code == 404
+
+
+REFUSABLE = [(action, form) for action, form, *_ in ACTIONS] + [("reopen", {})]
+
+
+@pytest.mark.parametrize("group", ["viewer", None], ids=["viewer", "no-role"])
+@pytest.mark.parametrize("action, form", REFUSABLE, ids=[a for a, _ in REFUSABLE])
+def test_someone_without_the_oncall_role_cannot_act(client, incident, django_user_model, group, action, form):
+    from incidents.views import ACTIONS as VIEW_ACTIONS
+
+    user = _user(django_user_model, "vic", group)
+    client.force_login(user)
+    before_state, before_timeline = _state(incident), list(incident.timeline.values_list("pk", flat=True))
+    response = client.post(f"/incidents/{incident.pk}/{action}", form)
+    assert response.status_code == 403
+    assert _state(incident) == before_state
+    verb = VIEW_ACTIONS[action][0]
+    new = list(incident.timeline.exclude(pk__in=before_timeline))
+    assert [(e.kind, e.actor, e.data) for e in new] == [("refused", user, {"action": verb})]
+    assert new[0].text == f"vic may not {verb}: refused"
+
+
+def test_a_viewer_reads_without_action_buttons_and_refusals_stay_out_of_the_timeline(viewer, incident):
+    viewer.post(f"/incidents/{incident.pk}/acknowledge")
+    html = viewer.get(f"/incidents/{incident.pk}").content.decode()
+    assert "acting needs the <b>oncall</b> role" in html
+    assert 'id="action-acknowledge"' not in html and 'id="action-resolve"' not in html
+    assert "may not acknowledge" not in html  # an audit entry, shown to admins only
+    assert TimelineEntry.objects.filter(kind="refused").count() == 1
+
+
+def test_an_admin_sees_the_refusals(client, incident, django_user_model):
+    actor = services.Actor.of_user(_user(django_user_model, "vic", "viewer"))
+    services.action_refused(incident=incident, actor=actor, action="resolve")
+    client.force_login(_user(django_user_model, "boss", "admin"))
+    html = client.get(f"/incidents/{incident.pk}").content.decode()
+    assert "Audit: 1 refused action" in html and "vic may not resolve: refused" in html
+    assert 'id="action-acknowledge"' in html  # admins act too
+
+
+# --- Overview and node page ---------------------------------------------------------------------------------
+
+
+def _fleet(n: int) -> None:
+    states = ["in_service"] * 9 + ["suspect", "in_repair", "cordoned"]
+    Node.objects.bulk_create(
+        Node(hostname=f"gpu-{i:04d}", rack=f"r{i // 32:02d}", state=states[i % len(states)]) for i in range(n)
+    )
+
+
+def test_the_overview_shows_the_node_grid_goodput_and_incidents(oncall, incident):
+    _fleet(70)
+    Node.objects.create(hostname="loose-1", state="in_service")
+    html = oncall.get("/").content.decode()
+    assert 'id="node-grid"' in html and "73 nodes" in html  # 70 + loose-1 + the scenario's n1, n2
+    assert 'title="n2 · cordoned"' in html and 'href="/nodes/n2"' in html
+    assert 'class="cell s-cordoned hot"' in html  # n2 is in the open incident
+    assert 'class="rack-label" title=" r00">r00</span>' in html and ">unracked</span>" in html
+    assert html.index(">r00</span>") < html.index(">r01</span>") < html.index(">r02</span>")
+    assert '<a href="/nodes/gpu-0009" class="cell s-suspect" title="gpu-0009 · suspect"></a>' in html
+    assert '<a href="/incidents/" id="open-incident-count">1</a>' in html
+    assert 'id="goodput-24h">' in html
+    assert "gpu-0009" in html[html.index('id="flagged-nodes"') :]  # suspect nodes listed
+
+
+def test_the_overview_grid_costs_the_same_queries_at_any_size(oncall, db):
+    _fleet(40)
+    with CaptureQueriesContext(connection) as small:
+        assert oncall.get("/").status_code == 200
+    Node.objects.bulk_create(Node(hostname=f"big-{i:04d}", rack=f"b{i // 32:02d}") for i in range(2048))
+    with CaptureQueriesContext(connection) as large:
+        html = oncall.get("/").content.decode()
+    assert len(large) == len(small)
+    assert html.count('class="cell s-') == 2088 + 9  # every node once, plus the legend's nine swatches
+
+
+def test_the_overview_lists_lemon_nodes(oncall, db):
+    Node.objects.create(hostname="sour-1", rack="r1")
+    finding = Finding(
+        kind="lemon",
+        fingerprint="lemon:sour-1",
+        severity="warning",
+        summary="sour-1 is a lemon: 4 interruptions in 7 d",
+        explanation="sour-1 was involved in 4 interruptions",
+        node="sour-1",
+        evidence={"interruptions": 4},
+    )
+    services.finding_record(finding=finding, at=timezone.now())
+    html = oncall.get("/").content.decode()
+    flagged = html[html.index('id="flagged-nodes"') :]
+    assert "sour-1 is a lemon: 4 interruptions in 7 d" in flagged
+    assert '<span class="badge lemon">lemon</span>' in flagged
+    assert re.search(r'id="kpi-lemons"><h3>Lemon nodes</h3><p class="huge">1</p>', html)
+
+
+def test_the_node_page_shows_xid_history_alerts_and_evidence(oncall, incident):
+    finding = Finding(
+        kind="straggler",
+        fingerprint="straggler:r1:n2",
+        severity="warning",
+        summary="n2 slows r1: rank 5 is a straggler",
+        explanation="rank 5 took 1.8 s per step vs median 1.2 s",
+        node="n2",
+        run="r1",
+        evidence={"rank": 5, "windows": [1.8, 1.9, 1.7]},
+    )
+    services.finding_record(finding=finding, at=at(46))
+    html = oncall.get("/nodes/n2").content.decode()
+    xids = html[html.index('id="node-xids"') :]
+    assert xids.count("<td>gpu3</td>") == 1 and "<b>×21</b>" in xids  # the storm and the scenario's Xid: one burst
+    assert "GPU has fallen off the bus" in xids and "<b>reboot node, drain</b>" in xids
+    assert "from the latest 21 Xid events" in xids
+    evidence = html[html.index('id="node-evidence"') : html.index('id="node-alerts"')]
+    assert "n2 slows r1: rank 5 is a straggler" in evidence and "rank 5 took 1.8 s per step" in evidence
+    assert "[1.8, 1.9, 1.7]" in evidence
+    alerts = html[html.index('id="node-alerts"') : html.index('id="node-xids"')]
+    assert f'href="/incidents/{incident.pk}"' in alerts and '<td class="mono">xid</td>' in alerts
+    assert 'id="node-interruptions"' in html and "Faulty GPU" in html
