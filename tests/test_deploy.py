@@ -14,7 +14,9 @@ PRODUCTION = {
 
 
 def manage(*args, env):
-    clean = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS")}
+    # DJANGO_ALLOW_ASYNC_UNSAFE is set by the browser tests for their own process only: not production.
+    unset = ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "DJANGO_ALLOW_ASYNC_UNSAFE")
+    clean = {k: v for k, v in os.environ.items() if k not in unset}
     return subprocess.run(
         [sys.executable, "manage.py", *args], cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=60
     )
