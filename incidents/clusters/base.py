@@ -1,0 +1,212 @@
+"""What a playbook asks of a cluster, whatever runs it: one interface, typed errors, plain results.
+
+Pure: no Django import. Every operation that changes the cluster is an "ensure": it looks first, acts only
+when the cluster is not yet as asked, and says which of the two happened, so the engine can repeat a step
+after a crash or a retry without doing it twice. Errors say what the engine should do next:
+
+- TransientError: the cluster could not answer or asked to wait (controller down, timeout, a disruption
+  budget). Retry later with a bound and backoff; nothing was half-done that a retry would break.
+- RefusedError: the cluster said no (not requeueable, permission, unknown pool, no spare). Stop and show
+  the message to the user; retrying will not change the answer.
+- NotFoundError: the node, job or health check does not exist.
+
+Nodes are described in FleetOps' states (runs.domain.cloudevents.NODE_STATES) next to the scheduler's own
+words, which are kept in `raw_state` for the user. Pools are FleetOps' names: `main` (takes jobs), `spare`
+(hot spares: passed pre-flight, takes no jobs until moved to main) and `repair` (out of the job pool; only
+health checks run there). Each adapter maps them onto its scheduler (Slurm partitions, Kubernetes labels).
+"""
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from runs.domain.cloudevents import NODE_STATES
+
+POOLS = ("main", "spare", "repair")
+JOB_STATES = ("pending", "running", "completing", "failed", "completed", "cancelled")
+CHECK_STATES = ("pending", "running", "passed", "failed")
+# Commands a health check runs on the node, by name; settings.CLUSTER_HEALTH_CHECKS may replace them.
+DEFAULT_HEALTH_CHECKS = {
+    "nvidia_smi": "nvidia-smi -L",
+    "dcgm_diag_r1": "dcgmi diag -r 1",
+    "dcgm_diag_r3": "dcgmi diag -r 3",
+}
+
+
+class ClusterError(Exception):
+    """A cluster operation failed; the subclass says whether to retry, stop, or look elsewhere."""
+
+
+class TransientError(ClusterError):
+    """Retry later: the cluster did not answer in time or asked to wait."""
+
+
+class RefusedError(ClusterError):
+    """Stop and show the user: the cluster refused, and asking again will not change that."""
+
+
+class NotFoundError(ClusterError):
+    """The node, job or health check named does not exist on this cluster."""
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    name: str
+    state: str  # one of FleetOps' NODE_STATES
+    raw_state: str  # the scheduler's words: "MIXED+DRAIN", "Ready,SchedulingDisabled", "cordoned"
+    reason: str = ""  # why it is drained or cordoned, as the scheduler keeps it
+    jobs: list[str] = field(default_factory=list)  # ids of the jobs running on it
+    pool: str = ""  # main, spare, repair, or the scheduler's own name for a pool FleetOps does not manage
+
+    def __post_init__(self):
+        if self.state not in NODE_STATES:
+            raise ValueError(f"unknown node state {self.state!r}")
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    job_id: str
+    state: str  # one of JOB_STATES
+    raw_state: str
+    nodes: list[str] = field(default_factory=list)
+    restart_count: int = 0  # how many times the scheduler has restarted it: the requeue guard
+
+    def __post_init__(self):
+        if self.state not in JOB_STATES:
+            raise ValueError(f"unknown job state {self.state!r}")
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    node: str
+    check: str
+    state: str  # one of CHECK_STATES
+    ref: str = ""  # the scheduler's handle on the run: a job id, a pod name, an event id
+    details: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.state in ("passed", "failed")
+
+    @property
+    def passed(self) -> bool:
+        return self.state == "passed"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an ensure_* or requeue did: `changed` is False when the cluster was already as asked."""
+
+    changed: bool
+    summary: str
+    node: NodeStatus | None = None
+    job: JobStatus | None = None
+
+
+class ClusterAdapter(ABC):
+    """The operations a playbook needs. Names are the scheduler's: hostnames, job ids."""
+
+    @abstractmethod
+    def node_status(self, name: str) -> NodeStatus: ...
+
+    @abstractmethod
+    def ensure_drained(self, name: str, reason: str) -> Outcome:
+        """No new jobs on the node; running ones are left to the scheduler's drain (see each adapter)."""
+
+    @abstractmethod
+    def ensure_resumed(self, name: str) -> Outcome:
+        """Lift the drain: the node takes work from its pool again."""
+
+    @abstractmethod
+    def list_spares(self) -> list[NodeStatus]:
+        """The nodes of the spare pool, in any state; a ready one has state hot_spare."""
+
+    @abstractmethod
+    def ensure_in_pool(self, name: str, pool: str) -> Outcome: ...
+
+    @abstractmethod
+    def job_status(self, job_id: str) -> JobStatus: ...
+
+    def requeue_job(
+        self,
+        job_id: str,
+        *,
+        seen_restart_count: int | None = None,
+        exclude: Sequence[str] | str = (),
+        onto: Sequence[str] | str = (),
+    ) -> Outcome:
+        """Stop the job and put it back in the queue (or restart it), at most once per restart.
+
+        `seen_restart_count` is the job's restart_count when the caller decided to requeue; a job whose
+        count has moved past it has been requeued since (by us, before a crash, or by the scheduler) and is
+        left alone. A job waiting to run already needs no requeue. Finished jobs are refused.
+        `exclude`: nodes the job must not run on again (the bad node). `onto`: nodes it should run on (hot
+        spares), moved into the main pool first so that the scheduler may place it there.
+        """
+        job = self.job_status(job_id)
+        if job.state in ("completed", "cancelled"):
+            raise RefusedError(f"job {job_id} has ended ({job.raw_state}): requeueing it would run it again")
+        if seen_restart_count is not None and job.restart_count > seen_restart_count:
+            return Outcome(False, f"job {job_id} already restarted (restart {job.restart_count})", job=job)
+        if job.state == "pending":
+            return Outcome(False, f"job {job_id} is already waiting to run ({job.raw_state})", job=job)
+        if job.state == "completing":
+            raise TransientError(f"job {job_id} is still ending ({job.raw_state}); retry once it has")
+        # One node may come as a plain name: list("gpu-005") would be its letters.
+        exclude, onto = ([names] if isinstance(names, str) else list(names) for names in (exclude, onto))
+        summary = self._requeue(job, exclude=exclude, onto=onto)
+        return Outcome(True, summary, job=self.job_status(job_id))
+
+    @abstractmethod
+    def _requeue(self, job: JobStatus, *, exclude: list[str], onto: list[str]) -> str:
+        """Requeue a running or failed job; return what was done, in words."""
+
+    @abstractmethod
+    def health_check(self, name: str, check: str) -> HealthCheck:
+        """Start `check` on the node, unless a run of it is still pending or running there."""
+
+    @abstractmethod
+    def health_check_result(self, name: str, check: str) -> HealthCheck:
+        """The latest run of `check` on the node; NotFoundError when none is known."""
+
+    @abstractmethod
+    def describe_plan(self, operation: str, **args) -> str:
+        """What `operation` (a method name, PLAN_OPERATIONS) would do, in the scheduler's terms, without doing it.
+
+        A dry run asks the cluster nothing, so a plan names what it would read or change rather than the result.
+        """
+
+
+def check_pool(pool: str) -> str:
+    if pool not in POOLS:
+        raise RefusedError(f"unknown pool {pool!r}; pools are {', '.join(POOLS)}")
+    return pool
+
+
+def check_reason(reason: str) -> str:
+    if not reason or not reason.strip():
+        raise RefusedError("a drain needs a reason: it is what the on-call engineer and the record will see")
+    return reason.strip()
+
+
+def check_command(checks: dict[str, str], check: str) -> str:
+    if check not in checks:
+        raise RefusedError(f"unknown health check {check!r}; known: {', '.join(sorted(checks))}")
+    return checks[check]
+
+
+PLAN_OPERATIONS = (
+    "node_status",
+    "list_spares",
+    "job_status",
+    "health_check_result",
+    "ensure_drained",
+    "ensure_resumed",
+    "ensure_in_pool",
+    "requeue_job",
+    "health_check",
+)
+
+
+def unknown_operation(operation: str) -> ValueError:
+    return ValueError(f"no plan for {operation!r}; operations: {', '.join(PLAN_OPERATIONS)}")
