@@ -93,12 +93,30 @@ def _detect(events: list[Event]) -> int:
     return recorded
 
 
+# Faults whose remedy takes the node out: FleetOps starts drain-and-replace for them (approval policy permitting).
+_STABILIZE = (Action.REBOOT_NODE.label, Action.DRAIN_RMA.label)
+
+
 def _record(finding: Finding | None, at: datetime, *, count: int = 1, action: str = "") -> int:
     if finding is None:
         return 0
     action = action or (finding.recommended_action if finding.action != Action.NONE else "")
-    services.finding_record(finding=finding, at=at, count=count, recommended_action=action)
+    alert = services.finding_record(finding=finding, at=at, count=count, recommended_action=action)
+    if action in _STABILIZE and settings.PLAYBOOK_AUTO_START:
+        _stabilize(alert)
     return 1
+
+
+def _stabilize(alert) -> None:
+    """Stabilize before diagnosing: take the bad node out of the running job and put the job on a spare."""
+    incident = alert.incident
+    if alert.node is None or incident.run is None or not incident.is_open:
+        return
+    from .playbooks import playbook_start  # the engine imports the cluster adapters: only when needed
+
+    playbook_start(
+        playbook="drain-and-replace", actor=services.FLEETOPS, node=alert.node, run=incident.run, incident=incident
+    )
 
 
 def _run_failed(event: Event) -> Finding:

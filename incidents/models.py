@@ -172,11 +172,13 @@ class PlaybookExecution(models.Model):
         constraints = [
             # At most one active execution per node and per run: enforced by the database.
             models.UniqueConstraint(
-                fields=["node"], condition=Q(status__in=["running", "waiting_approval"], dry_run=False),
+                fields=["node"],
+                condition=Q(status__in=["running", "waiting_approval"], dry_run=False),
                 name="playbook_one_active_per_node",
             ),
             models.UniqueConstraint(
-                fields=["run"], condition=Q(status__in=["running", "waiting_approval"], dry_run=False),
+                fields=["run"],
+                condition=Q(status__in=["running", "waiting_approval"], dry_run=False),
                 name="playbook_one_active_per_run",
             ),
         ]

@@ -30,6 +30,8 @@ DEFAULT_HEALTH_CHECKS = {
     "nvidia_smi": "nvidia-smi -L",
     "dcgm_diag_r1": "dcgmi diag -r 1",
     "dcgm_diag_r3": "dcgmi diag -r 3",
+    "nccl_allreduce": "all_reduce_perf -b 8 -e 4G -f 2 -g 8 -c 1",  # nccl-tests: fails on a bad link or GPU
+    "burn_in": "dcgmi diag -r 4",  # the long, stressing diagnostic run
 }
 
 

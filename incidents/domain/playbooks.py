@@ -26,7 +26,7 @@ RETURN_TO_SERVICE = {
         {
             "name": "dcgm diag",
             "operation": "health_check",
-            "check": "dcgm_diag",
+            "check": "dcgm_diag_r3",
             "action": "read",
             "retries": 3,
             "timeout_s": 900,
