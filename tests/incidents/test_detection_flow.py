@@ -1,7 +1,5 @@
 """From events to incidents, in-process: an Xid storm and a failure make one incident; people act on it."""
 
-import json
-
 import pytest
 from django.contrib.auth.models import Group
 
@@ -27,17 +25,6 @@ def xid_storm(n: int, *, node="n2", gpu=3, xid=79, start=44.0) -> list[dict]:
         )
         for i in range(n)
     ]
-
-
-@pytest.fixture
-def post(writer, django_capture_on_commit_callbacks):
-    def send(events):
-        for start in range(0, len(events), 5000):
-            with django_capture_on_commit_callbacks(execute=True):
-                response = writer.post("/api/v1/events", json.dumps(events[start : start + 5000]), content_type=BATCH)
-            assert response.status_code in (200, 202), response.content
-
-    return send
 
 
 def story_until_failure():

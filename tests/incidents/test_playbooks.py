@@ -6,7 +6,7 @@ from incidents import services
 from incidents.models import Incident, PlaybookExecution
 from incidents.playbooks import playbook_abort, playbook_advance, playbook_approve, playbook_start
 from runs.models import Node, Run
-from tests.incidents.test_detection_flow import post, story_until_failure, xid_storm  # noqa: F401 - fixture
+from tests.incidents.test_detection_flow import story_until_failure, xid_storm
 from tests.runs.scenario import at, event
 
 
