@@ -1,0 +1,96 @@
+"""Drain-and-replace against the real Slurm controller: an Xid 79 on a node running a job, and no human."""
+
+import json
+import time
+
+import pytest
+
+from incidents.clusters.slurm import SlurmAdapter, SlurmConfig
+from incidents.models import Incident, PlaybookExecution
+from runs.models import Cluster
+from tests.clusters.conftest import wait_for
+from tests.runs.scenario import event
+
+BATCH = "application/cloudevents-batch+json"
+
+
+def ts_now(offset_s: float = 0.0):
+    from datetime import UTC, datetime, timedelta
+
+    return datetime.now(UTC) + timedelta(seconds=offset_s)
+
+
+@pytest.fixture
+def slurm(slurm_cluster) -> SlurmAdapter:
+    return SlurmAdapter(SlurmConfig(slurm_conf=slurm_cluster.conf, timeout_s=20))
+
+
+def test_an_xid_79_drains_the_node_and_the_job_runs_again_on_a_spare(
+    writer, slurm, slurm_cluster, settings, django_capture_on_commit_callbacks
+):
+    settings.PLAYBOOK_MAX_OUT_SHARE = 0.5  # a six-node test cluster: one node out is a sixth of it
+    Cluster.objects.create(name="loopback", scheduler="slurm", api_url=slurm_cluster.conf)
+    job_id = (
+        slurm_cluster.run(
+            "sbatch",
+            "--parsable",
+            "--output=/dev/null",
+            "--chdir=/tmp",
+            "--partition=gpu",
+            "--nodes=2",
+            "--requeue",
+            "--wrap=sleep 300",
+        )
+        .strip()
+        .split(";")[0]
+    )
+    bad = spare = None
+    try:
+        job = wait_for(lambda: (j := slurm.job_status(job_id)).state == "running" and j, timeout=15, what="job")
+        bad = job.nodes[0]
+        started = event(
+            "run.started", ts_now(-60), "start", run="llm", cluster="loopback", gpus=16, nodes=job.nodes, job_id=job_id
+        )
+        storm = [
+            event(
+                "gpu.xid",
+                ts_now(i * 0.01),
+                f"xid-{i}",
+                source="dcgm://" + bad,
+                node=bad,
+                gpu=2,
+                xid=79,
+                message="GPU has fallen off the bus",
+            )
+            for i in range(200)
+        ]
+        with django_capture_on_commit_callbacks(execute=True):
+            writer.post("/api/v1/events", json.dumps([started]), content_type=BATCH)
+        arrived = time.monotonic()
+        with django_capture_on_commit_callbacks(execute=True):  # detection and the playbook run on commit
+            response = writer.post("/api/v1/events", json.dumps(storm), content_type=BATCH)
+        assert response.status_code == 202
+
+        execution = PlaybookExecution.objects.get()
+        assert execution.status == "succeeded", execution.error
+        running = slurm.job_status(job_id)
+        recovered_s = time.monotonic() - arrived
+        spare = execution.steps.get(name="pick spare").output["spare"]
+        assert running.state == "running" and spare in running.nodes and bad not in running.nodes
+        assert running.restart_count == 1
+        reasons = slurm_cluster.run("sinfo", "-R", "-h", "-o", "%N|%E")
+        assert f"{bad}|fleetops #" in reasons and "Xid 79" in reasons
+        incident = Incident.objects.get()
+        assert incident.status == "mitigated"
+        minutes = {s.name: s.seconds for s in execution.steps.all()}
+        print(f"\nXid 79 to job running again on {spare}: {recovered_s:.1f} s; steps (s): {minutes}")
+        assert all(seconds is not None for seconds in minutes.values())
+        assert incident.timeline.filter(text__contains="running again on").exists()
+    finally:
+        slurm_cluster.run("scancel", job_id)
+        if spare:
+            slurm.ensure_in_pool(spare, "spare")
+        if bad:
+            slurm.ensure_in_pool(bad, "main")
+            slurm.ensure_resumed(bad)
+            wait_for(lambda: slurm.node_status(bad).raw_state == "IDLE", timeout=20, what=f"{bad} idle")
