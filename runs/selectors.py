@@ -4,7 +4,8 @@ import re
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from django.db.models import Count, Q
+from django.db.models import BooleanField, Count, ExpressionWrapper, Q
+from django.db.models.functions import Coalesce
 
 from .domain import advisor, goodput
 from .models import Cluster, Event, Interruption, Node, Run
@@ -122,11 +123,18 @@ def run_timeline_get(*, run: Run) -> goodput.RunTimeline:
             "fault_at", "detected_at", "running_at", "resumed_at", "resumed_from_step", "planned", "cause"
         )
     )
+    # One timestamp a row (the start, else the completion): parsing timestamps is most of this query's cost on a
+    # long run (thousands of checkpoints), and the completion is needed only where the start never arrived.
     checkpoints = tuple(
-        goodput.CheckpointSpan(step, started_at or completed_at - timedelta(seconds=blocking_s), blocking_s)
-        for step, started_at, completed_at, blocking_s in run.checkpoints.filter(blocking_s__isnull=False)
+        goodput.CheckpointSpan(step, at if started else at - timedelta(seconds=blocking_s), blocking_s)
+        for step, at, started, blocking_s in run.checkpoints.filter(blocking_s__isnull=False)
         .exclude(started_at__isnull=True, completed_at__isnull=True)
-        .values_list("step", "started_at", "completed_at", "blocking_s")
+        .values_list(
+            "step",
+            Coalesce("started_at", "completed_at"),
+            ExpressionWrapper(Q(started_at__isnull=False), output_field=BooleanField()),
+            "blocking_s",
+        )
     )
     return goodput.RunTimeline(run.started_at, run.ended_at, run.gpu_count, interruptions, checkpoints)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields, replace
 from datetime import UTC, date, datetime, time, timedelta
 
 # The order is the priority: where labelled intervals overlap, the earlier stage owns the time.
-# "other" is downtime of an interruption that none of its three stages explains (see _downtime).
+# "other" is downtime of an interruption that none of its three stages explains (see _labelled).
 STAGES = ("detection", "rescheduling", "reload", "other", "rewound", "checkpoint")
 _DETECTION, _RESCHEDULING, _RELOAD, _OTHER, _REWOUND, _CHECKPOINT = range(len(STAGES))
 _NO_OWNER = -1  # checkpoint blocking belongs to no interruption
@@ -283,8 +283,8 @@ def _tallies(timeline: RunTimeline, bounds: list[int], *, now: datetime) -> list
     resolved = _Resolved.of(timeline, now=now)
     last = len(bounds) - 1
     tallies = [[0] * (_FAULTS + 1) for _ in range(last)]
-    for segments_ in (resolved.owned, resolved.blocking):
-        for start, end, rank, _owner in segments_:
+    for spans in (resolved.owned, resolved.blocking):
+        for start, end, rank, _owner in spans:
             index = bisect_right(bounds, start) - 1
             if index < 0:
                 index = 0

@@ -13,6 +13,7 @@ from runs.domain.goodput import (
     InterruptionSpan,
     RunTimeline,
     breakdown,
+    breakdown_and_daily,
     daily,
     fleet,
     interruption_costs,
@@ -395,3 +396,26 @@ def test_it_prices_interruptions_to_the_whole_run_total(run):
     assert sum(c.gpu_hours for c in costs) == pytest.approx(
         (total.lost_s - total.checkpoint_s) * run.gpus / 3600, rel=1e-9, abs=1e-9
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(run=st.one_of(valid_timelines(), messy_timelines()), a=offsets, b=offsets, now=offsets)
+def test_it_gives_the_total_and_the_days_in_one_pass(run, a, b, now):
+    since, until = sorted((T0 + timedelta(seconds=a), T0 + timedelta(seconds=b)))
+    moment = T0 + timedelta(seconds=now)
+    total, days = breakdown_and_daily(run, since=since, until=until, now=moment)
+
+    # Exactly, not approximately: the total is the days' sum in whole microseconds, divided once.
+    assert total == breakdown(run, since=since, until=until, now=moment)
+    assert days == daily(run, since=since, until=until, now=moment)
+    assert_close(sum((b for _, b in days), Breakdown()), total)
+
+
+@settings(max_examples=300, deadline=None)
+@given(blocking=st.floats(-1, 1e6, allow_nan=False), offset=st.integers(0, 10**6))
+def test_it_charges_blocking_to_the_microsecond_blocked_until_names(blocking, offset):
+    # The engine rounds seconds to microseconds itself; it must land where timedelta does.
+    checkpoint = CheckpointSpan(1, T0 + timedelta(microseconds=offset), blocking)
+    run = RunTimeline(T0, FAR, 8, (), (checkpoint,))
+
+    assert whole(run).checkpoint_s == (checkpoint.blocked_until - checkpoint.started_at).total_seconds()

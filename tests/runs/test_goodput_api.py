@@ -2,9 +2,12 @@
 
 import json
 import math
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from runs import selectors
+from runs.models import Checkpoint, Run
 from tests.runs.scenario import failure_and_restart
 
 # The story's stages, in seconds: fault 00:45 noticed 00:46, running 00:55, training 00:58; the resumed
@@ -50,6 +53,22 @@ def test_it_rejects_a_bad_window_naming_the_field(reader, record):
         {"field": "until", "reason": "must be later than since"}
     ]
     assert reader.get("/api/v1/runs/nope/goodput").status_code == 404
+
+
+def test_a_checkpoint_whose_start_never_arrived_blocks_until_its_completion(db):
+    started = datetime(2026, 3, 1, tzinfo=UTC)
+    run = Run.objects.create(name="r2", gpu_count=8, started_at=started, ended_at=started + timedelta(hours=1))
+    Checkpoint.objects.create(run=run, step=1, started_at=started + timedelta(minutes=10), blocking_s=20.0)
+    Checkpoint.objects.create(run=run, step=2, completed_at=started + timedelta(minutes=30), blocking_s=15.0)
+    Checkpoint.objects.create(run=run, step=3, blocking_s=15.0)  # no time at all: nothing to place it by
+    Checkpoint.objects.create(run=run, step=4, started_at=started + timedelta(minutes=40))  # cost unknown
+
+    spans = selectors.run_timeline_get(run=run).checkpoints
+
+    assert sorted((c.step, c.started_at, c.blocking_s) for c in spans) == [
+        (1, started + timedelta(minutes=10), 20.0),
+        (2, started + timedelta(minutes=30, seconds=-15), 15.0),
+    ]
 
 
 def test_fleet_goodput_weighs_runs_by_gpu_hours(reader, record):

@@ -1,0 +1,246 @@
+"""Benchmarks (`make bench`), not tests: they measure, print figures against a baseline timed in the same run, and
+fail only where the issue sets a bound. docs/PERFORMANCE.md records the figures.
+
+They need PostgreSQL: DATABASE_URL if set, else `make bench` passes postgres://postgres@127.0.0.1:5432/fleetops_bench.
+A database named fleetops_bench is the benchmarks' own: it is created when missing, and rebuilt when it holds
+something other than the simulated run. Any other database is only added to, never dropped.
+
+The full simulated run (runs.domain.simulator defaults: Llama 3's 16,384 GPUs for 54 days, seed 1) takes minutes
+to load, so a loaded run is kept between runs of `make bench` once it is checked to be that exact stream, applied.
+"""
+
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection, connections
+
+from runs.domain.simulator import SimulationConfig, Summary, simulate
+
+BENCH_DATABASE = "fleetops_bench"  # ours to create, and to drop and rebuild
+CONFIG = SimulationConfig()  # = manage.py simulate --gpus 16384 --days 54 --seed 1
+LOAD_RECORD = Path(settings.BASE_DIR) / "var" / "bench-load.json"  # how long the cached load took
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    value: str
+    versus: str = ""  # the baseline or bound it is read against
+    note: str = ""  # the ratio, or where the figure comes from
+
+
+FIGURES: list[Figure] = []
+
+
+def report(name: str, value: str, versus: str = "", note: str = "") -> None:
+    """Keep a figure for the table at the end and show it now."""
+    FIGURES.append(Figure(name, value, versus, note))
+    say(f"{name}: {value}" + (f" vs {versus}" if versus else "") + (f" ({note})" if note else ""))
+
+
+def say(text: str) -> None:
+    print(f"[bench] {text}", file=sys.stderr, flush=True)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not FIGURES:
+        return
+    db = settings.DATABASES["default"]
+    terminalreporter.section("FleetOps benchmarks")
+    terminalreporter.write_line(
+        f"machine: {os.cpu_count()} CPUs; PostgreSQL {db.get('HOST')}:{db.get('PORT')}/{db.get('NAME')}; "
+        f"run: {CONFIG.gpus:,} GPUs, {CONFIG.days:g} days, seed {CONFIG.seed}"
+    )
+    widths = [max(len(getattr(f, column)) for f in FIGURES) for column in ("name", "value", "versus")]
+    for f in FIGURES:
+        line = f"{f.name:<{widths[0]}}  {f.value:>{widths[1]}}"
+        line += f"  {'vs ' + f.versus if f.versus else '':<{widths[2] + 3}}" if any(g.versus for g in FIGURES) else ""
+        terminalreporter.write_line((line + (f"  {f.note}" if f.note else "")).rstrip())
+
+
+# -- the database ---------------------------------------------------------------------------------------------
+
+
+def _database() -> dict:
+    db = settings.DATABASES["default"]
+    if db["ENGINE"] != "django.db.backends.postgresql" or not os.environ.get("DATABASE_URL"):
+        pytest.exit(
+            "The benchmarks need PostgreSQL: set DATABASE_URL, or run `make bench`, which uses "
+            f"postgres://postgres@127.0.0.1:5432/{BENCH_DATABASE} by default.",
+            returncode=1,
+        )
+    host, port = db.get("HOST") or "127.0.0.1", int(db.get("PORT") or 5432)
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except OSError as exc:
+        pytest.exit(f"PostgreSQL is unreachable at {host}:{port} ({exc}): no benchmark was run.", returncode=1)
+    return db
+
+
+def _admin(db: dict) -> psycopg.Connection:
+    """A connection to the server's maintenance database, to create or drop the benchmark database."""
+    return psycopg.connect(
+        host=db.get("HOST") or "127.0.0.1",
+        port=db.get("PORT") or 5432,
+        user=db.get("USER") or None,
+        password=db.get("PASSWORD") or None,
+        dbname="postgres",
+        autocommit=True,
+    )
+
+
+def _create_if_missing(db: dict) -> None:
+    with _admin(db) as admin:
+        exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db["NAME"]]).fetchone()
+        if not exists:
+            say(f"creating database {db['NAME']}")
+            admin.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(db["NAME"])))
+
+
+def recreate_bench_database() -> None:
+    db = settings.DATABASES["default"]
+    assert db["NAME"] == BENCH_DATABASE, "only the benchmarks' own database is ever dropped"
+    connections.close_all()
+    with _admin(db) as admin:
+        name = psycopg.sql.Identifier(db["NAME"])
+        admin.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+        admin.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(name))
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def bench_database(django_db_blocker):
+    """The real database (no test database, no rollback): the loaded run outlives the session on purpose."""
+    db = _database()
+    _create_if_missing(db)
+    # The appliers log every task at INFO; a load would print thousands of lines.
+    logging.getLogger("celery").setLevel(logging.WARNING)
+    with django_db_blocker.unblock():
+        call_command("migrate", verbosity=0, interactive=False)
+        yield db
+
+
+# -- the simulated run ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stream:
+    events: list[dict]
+    summary: Summary
+
+
+@pytest.fixture(scope="session")
+def stream() -> Stream:
+    events = list(simulate(CONFIG))
+    summary = Summary()
+    for event in events:
+        summary.add(event)
+    return Stream(events, summary)
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    name: str
+    events: int
+    seconds: float | None  # None: loaded by an earlier run
+    note: str
+
+
+@pytest.fixture(scope="session")
+def loaded_run(bench_database, stream) -> LoadedRun:
+    """The simulated run in PostgreSQL, applied: loaded now through the intake's in-process path, or kept."""
+    state = _stored_state(stream.events)
+    if state == "complete":
+        note = "kept from an earlier run"
+        if LOAD_RECORD.exists():
+            record = json.loads(LOAD_RECORD.read_text())
+            note += f" (loaded in {record['seconds']:.0f} s, {record['events_per_s']:.0f} events/s, {record['at']})"
+        say(f"the simulated run is in the database already: {note}")
+        return LoadedRun(CONFIG.run, len(stream.events), None, note)
+    if state == "conflicting":
+        if bench_database["NAME"] != BENCH_DATABASE:
+            pytest.exit(
+                f"{bench_database['NAME']} holds events under the simulated run's ids with other contents, or "
+                f"without the run they derive; the benchmarks drop only their own database ({BENCH_DATABASE}). "
+                "Point DATABASE_URL elsewhere.",
+                returncode=1,
+            )
+        say(f"{BENCH_DATABASE} holds another stream under the same ids: rebuilding it")
+        recreate_bench_database()
+    say(f"loading {len(stream.events):,} events through the intake's in-process path (about 10 minutes the first time)")
+    seconds = _load(stream.events)
+    if _stored_state(stream.events) != "complete":
+        pytest.fail("the simulated run did not load completely")
+    rate = len(stream.events) / seconds
+    # What autovacuum would do in the next minutes anyway; done now so that it does not run under the timings.
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM (ANALYZE)")
+    LOAD_RECORD.parent.mkdir(parents=True, exist_ok=True)
+    LOAD_RECORD.write_text(
+        json.dumps(
+            {"seconds": seconds, "events_per_s": rate, "at": time.strftime("%Y-%m-%d"), "events": len(stream.events)}
+        )
+    )
+    return LoadedRun(CONFIG.run, len(stream.events), seconds, "loaded now")
+
+
+def _stored_state(events: list[dict]) -> str:
+    """'complete' (the same ids at the same times, all applied), 'partial' (a subset, or some not applied yet),
+    'conflicting' (an id with another time, or ids the stream lacks)."""
+    from runs.domain.cloudevents import parse_time
+    from runs.models import Event, Run
+
+    prefix = f"{CONFIG.run}-{CONFIG.seed}-"
+    stored = {
+        event_id: (at, applied and not error)
+        for event_id, at, applied, error in Event.objects.filter(source=CONFIG.source, event_id__startswith=prefix)
+        .values_list("event_id", "time", "applied_at", "error")
+        .iterator(chunk_size=10_000)
+    }
+    expected = {event["id"]: parse_time(event["time"]) for event in events}
+    if any(event_id not in expected or expected[event_id] != at for event_id, (at, _ok) in stored.items()):
+        return "conflicting"
+    if len(stored) == len(expected) and all(ok for _at, ok in stored.values()):
+        # Events applied but no run: the derived record was thrown away; only a rebuild brings it back.
+        return "complete" if Run.objects.filter(name=CONFIG.run, ended_at__isnull=False).exists() else "conflicting"
+    return "partial"
+
+
+def _load(events: list[dict]) -> float:
+    """Store and apply the stream as `manage.py simulate --apply` does; returns seconds. Repeats are skipped, and
+    events an interrupted earlier load stored but never applied are applied at the end."""
+    from runs.management.commands.simulate import ingest
+    from runs.models import Event
+    from runs.services import events_apply
+
+    started = time.perf_counter()
+    ingest(events)
+    pending = list(
+        Event.objects.filter(source=CONFIG.source, applied_at__isnull=True)
+        .order_by("time", "id")
+        .values_list("id", flat=True)
+    )
+    if pending:
+        events_apply(event_ids=pending)
+    return time.perf_counter() - started
+
+
+def api_token(name: str, scopes: list[str]) -> str:
+    """A fresh bearer token under `name` (an earlier one of that name is replaced)."""
+    from runs.models import ApiToken
+
+    ApiToken.objects.filter(name=name).delete()
+    row = ApiToken(name=name, scopes=scopes)
+    token = row.set_new_token()
+    row.save()
+    return token
