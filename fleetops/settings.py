@@ -217,6 +217,8 @@ LEMON_WINDOW_S = env.float("LEMON_WINDOW_S", default=7 * 86400.0)
 LEMON_THRESHOLD = env.int("LEMON_THRESHOLD", default=3)
 # Playbooks stop and page a human rather than take more than this share of a cluster out of service.
 PLAYBOOK_AUTO_START = env.bool("PLAYBOOK_AUTO_START", default=True)
+# ... but only for faults this recent (seconds): late or backfilled events never drain a node.
+PLAYBOOK_AUTO_START_MAX_AGE_S = env.float("PLAYBOOK_AUTO_START_MAX_AGE_S", default=900.0)
 PLAYBOOK_MAX_OUT_SHARE = env.float("PLAYBOOK_MAX_OUT_SHARE", default=0.05)
 # What a GPU-hour costs, for the incident's cost per minute.
 GPU_HOUR_COST_USD = env.float("GPU_HOUR_COST_USD", default=2.5)

@@ -112,6 +112,8 @@ def _stabilize(alert) -> None:
     incident = alert.incident
     if alert.node is None or incident.run is None or not incident.is_open:
         return
+    if alert.first_seen_at < timezone.now() - timedelta(seconds=settings.PLAYBOOK_AUTO_START_MAX_AGE_S):
+        return  # a fault from the past (a backfill, the demo's history) is not drained now
     from .playbooks import playbook_start  # the engine imports the cluster adapters: only when needed
 
     playbook_start(

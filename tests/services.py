@@ -23,22 +23,19 @@ def postgres():
     require(connection.vendor == "postgresql", "PostgreSQL (DATABASE_URL=postgres://...)")
 
 
-@pytest.fixture
-def worker(postgres):
-    """A real `celery worker` process on Redis, pointed at the test database."""
-    redis_url = os.environ.get("REDIS_URL", "")
-    require(bool(redis_url) and reachable(redis_url, 6379), "Redis (REDIS_URL)")
-    db = connection.settings_dict
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
-        "CELERY_TASK_ALWAYS_EAGER": "false",
-        "PYTHONUNBUFFERED": "1",
-    }
-    queue = settings.CELERY_TASK_DEFAULT_QUEUE
-    celery_app.control.purge()
-    process = subprocess.Popen(
-        [
+class Worker:
+    """A real `celery worker` process on Redis, pointed at the test database; its output kept in `lines`."""
+
+    def __init__(self, **settings_env: str):
+        db = connection.settings_dict
+        env = {
+            **os.environ,
+            "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
+            "CELERY_TASK_ALWAYS_EAGER": "false",
+            "PYTHONUNBUFFERED": "1",
+            **settings_env,  # the worker's own settings come from its environment, not from the test's overrides
+        }
+        command = [
             sys.executable,
             "-m",
             "celery",
@@ -51,34 +48,55 @@ def worker(postgres):
             "--without-heartbeat",
             "--loglevel=INFO",
             "-Q",
-            queue,
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
-    ready = threading.Event()
+            settings.CELERY_TASK_DEFAULT_QUEUE,
+        ]
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        self.lines: list[str] = []
+        ready = threading.Event()
 
-    def read():
-        for line in process.stdout:
-            lines.append(line)
-            if " ready." in line:
-                ready.set()
+        def read():
+            for line in self.process.stdout:
+                self.lines.append(line)
+                if " ready." in line:
+                    ready.set()
 
-    threading.Thread(target=read, daemon=True).start()
-    if not ready.wait(30):
-        process.kill()
-        pytest.fail("celery worker did not start:\n" + "".join(lines[-40:]))
+        threading.Thread(target=read, daemon=True).start()
+        if not ready.wait(30):
+            self.process.kill()
+            pytest.fail("celery worker did not start:\n" + "".join(self.lines[-40:]))
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to finish the step in hand or to tell anyone."""
+        self.process.kill()
+        self.process.wait(10)
+
+
+@pytest.fixture
+def broker(postgres):
+    """Redis reachable, the queue empty, and tasks sent to it rather than run in-process."""
+    redis_url = os.environ.get("REDIS_URL", "")
+    require(bool(redis_url) and reachable(redis_url, 6379), "Redis (REDIS_URL)")
+    celery_app.control.purge()
     celery_app.conf.task_always_eager = False
     try:
-        yield lines
+        yield
     finally:
         celery_app.conf.task_always_eager = True
-        process.terminate()
-        process.wait(10)
+
+
+@pytest.fixture
+def worker(broker):
+    process = Worker()
+    try:
+        yield process.lines
+    finally:
+        process.stop()
 
 
 def wait_until_applied(expected: int, timeout: float = 30) -> None:

@@ -1,6 +1,7 @@
 """The playbook engine on the simulated cluster: drain-and-replace with no human, and its safety rails."""
 
 import pytest
+import time_machine
 
 from incidents import services
 from incidents.models import Incident, PlaybookExecution
@@ -18,7 +19,8 @@ def spares(*names):
 
 
 def test_an_xid_79_drains_the_node_and_restarts_the_run_on_a_spare_with_no_human(post):
-    post(spares("s1") + story_until_failure() + xid_storm(50))
+    with time_machine.travel(at(47, 30)):  # the fault is fresh: automation acts on it
+        post(spares("s1") + story_until_failure() + xid_storm(50))
     (execution,) = PlaybookExecution.objects.all()
     assert execution.status == "succeeded", execution.error
     assert [s.status for s in execution.steps.order_by("index")] == ["succeeded"] * 5
@@ -46,7 +48,8 @@ def test_the_same_playbook_started_twice_for_one_node_runs_once(post, settings):
 
 
 def test_a_transient_error_is_retried_then_shown(post):
-    post(story_until_failure() + xid_storm(5))  # no hot spare anywhere
+    with time_machine.travel(at(47, 30)):
+        post(story_until_failure() + xid_storm(5))  # no hot spare anywhere
     (execution,) = PlaybookExecution.objects.all()
     step = execution.steps.get(name="pick spare")
     assert (execution.status, step.status, step.attempts) == ("failed", "failed", 3)
@@ -127,3 +130,9 @@ def test_an_approved_step_runs(post, settings, django_user_model, django_capture
     assert execution.status == "waiting_approval"
     assert execution.steps.get(index=0).approved_by == "ana"
     assert execution.steps.get(name="requeue job").status == "waiting_approval"
+
+
+def test_an_old_fault_does_not_start_a_playbook(post):
+    post(spares("s1") + story_until_failure() + xid_storm(5))  # March, replayed in November
+    assert not PlaybookExecution.objects.exists()
+    assert Incident.objects.get().status == "triggered"
