@@ -1,5 +1,8 @@
 from django import forms
 
+from runs.models import Node
+
+from .domain.playbooks import PLAYBOOKS, needs_run
 from .models import Incident
 
 OPEN = ""  # the board's default: every open incident, whatever its status
@@ -25,3 +28,32 @@ class BoardFilterForm(forms.Form):
             "run": data.get("run", "").strip(),
             "node": data.get("node", "").strip(),
         }
+
+
+class PlaybookStartForm(forms.Form):
+    """Which playbook to start on which of the incident's nodes; the run is the incident's, where it needs one."""
+
+    playbook = forms.ChoiceField(choices=[(name, name) for name in PLAYBOOKS])
+    node = forms.ModelChoiceField(queryset=Node.objects.none(), to_field_name="hostname")
+    dry_run = forms.BooleanField(required=False)
+
+    def __init__(self, *args, incident: Incident, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.incident = incident
+        self.fields["node"].queryset = incident.nodes.all()
+
+    def clean(self):
+        data = super().clean()
+        playbook, data["run"] = data.get("playbook"), None
+        if playbook and needs_run(PLAYBOOKS[playbook]):
+            if self.incident.run is None:
+                raise forms.ValidationError(f"{playbook} puts a run back on a spare, and this incident has no run.")
+            data["run"] = self.incident.run
+        return data
+
+    def error_text(self) -> str:
+        return " ".join(
+            message if field == "__all__" else f"{field}: {message}"
+            for field, messages in self.errors.items()
+            for message in messages
+        )

@@ -186,6 +186,10 @@ class PlaybookExecution(models.Model):
     def __str__(self):
         return f"{self.playbook} #{self.pk} ({self.status})"
 
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE
+
 
 class StepExecution(models.Model):
     class Status(models.TextChoices):

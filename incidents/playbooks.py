@@ -188,11 +188,13 @@ def _wait_for_approval(execution, step) -> None:
     _timeline(execution, f"Step {step.name} waits for approval by {step.approver_role}")
 
 
-def _finish(execution, status, *, error: str = "") -> None:
+def _finish(execution, status, *, error: str = "", actor: services.Actor = services.FLEETOPS) -> None:
     execution.status, execution.finished_at, execution.error = status, timezone.now(), error
     execution.save(update_fields=["status", "finished_at", "error"])
+    if status != PlaybookExecution.Status.SUCCEEDED:
+        execution.steps.filter(status__in=["pending", "waiting_approval"]).update(status=StepExecution.Status.SKIPPED)
     text = f"Playbook {execution.playbook} #{execution.pk} {status}" + (f": {error}" if error else "")
-    _timeline(execution, text)
+    _timeline(execution, text, actor=actor)
 
 
 def _timeline(execution, text: str, *, data: dict | None = None, actor: services.Actor = services.FLEETOPS) -> None:
@@ -232,11 +234,11 @@ def playbook_abort(*, execution: PlaybookExecution, actor: services.Actor, reaso
     execution = PlaybookExecution.objects.select_for_update().get(pk=execution.pk)
     if execution.status not in PlaybookExecution.ACTIVE:
         raise PlaybookError(f"This playbook is {execution.status} already.")
-    execution.steps.filter(status__in=["pending", "waiting_approval"]).update(status=StepExecution.Status.SKIPPED)
     _finish(
         execution,
         PlaybookExecution.Status.ABORTED,
         error=f"aborted by {actor.name}" + (f": {reason}" if reason else ""),
+        actor=actor,
     )
     return execution
 

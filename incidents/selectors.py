@@ -10,7 +10,7 @@ from runs.domain import goodput
 from runs.selectors import run_timeline_get
 
 from .domain.response import IncidentTimes, response_metrics
-from .models import Incident, TimelineEntry
+from .models import Incident, PlaybookExecution, TimelineEntry
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,19 @@ def incident_timeline_get(*, incident: Incident) -> list[TimelineEntry]:
 
 def incident_refusals_get(*, incident: Incident) -> list[TimelineEntry]:
     return list(incident.timeline.filter(kind=TimelineEntry.Kind.REFUSED).order_by("-at", "-id")[:50])
+
+
+def incident_playbooks_get(*, incident: Incident, limit: int = 20) -> list[PlaybookExecution]:
+    """The incident's playbook executions, newest first, each with its steps in order."""
+    executions = incident.playbooks.select_related("node", "run").prefetch_related("steps")
+    return list(executions.order_by("-started_at", "-id")[:limit])
+
+
+def playbook_active_get(*, node, run=None) -> PlaybookExecution | None:
+    """The execution (not a dry run) that holds this node or run now, if any: one at a time may."""
+    active = PlaybookExecution.objects.filter(status__in=PlaybookExecution.ACTIVE, dry_run=False)
+    holds = Q(node=node) | Q(run=run) if run is not None else Q(node=node)
+    return active.filter(holds).select_related("node", "run").first()
 
 
 def response_metrics_get(*, since: datetime, until: datetime) -> dict:

@@ -146,12 +146,20 @@ def _run_on(node: Node, at: datetime) -> Run | None:
 
 
 def _group_key(*, node: Node | None, run: Run | None, at: datetime) -> str:
-    """run:<name> when a run is hit; else a burst in the same switch or rack within the window; else the node."""
+    """run:<name>@<start> when a run is hit; else a burst in one switch or rack within the window; else the node."""
+    window = timedelta(seconds=settings.INCIDENT_GROUP_WINDOW_S)
     if run is not None:
-        return f"run:{run.name}"
+        # One incident per outage of the run: it takes alerts until it has been mitigated for a window; a fault
+        # after that is a new outage, with a new incident (keyed by when it began).
+        current = (
+            Incident.objects.filter(run=run, status__in=Incident.OPEN, started_at__lte=at + window)
+            .filter(Q(mitigated_at__isnull=True) | Q(mitigated_at__gte=at - window))
+            .order_by("-started_at")
+            .first()
+        )
+        return current.group_key if current is not None else f"run:{run.name}@{at:%Y-%m-%dT%H:%M:%S}"
     if node is None:
         return "fleet"
-    window = timedelta(seconds=settings.INCIDENT_GROUP_WINDOW_S)
     for place in ("switch", "rack"):
         value = getattr(node, place)
         if not value:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import views, views_playbooks
 
 urlpatterns = [
     path("", views.board, name="incident-board"),
@@ -9,5 +9,16 @@ urlpatterns = [
     *(
         path(f"<int:pk>/{name}", views.incident_act, {"action": name}, name=f"incident-action-{name}")
         for name in views.ACTIONS
+    ),
+    path("<int:pk>/playbooks/start", views_playbooks.incident_playbook_start, name="incident-playbook-start"),
+    path(
+        "<int:pk>/playbooks/<int:execution_pk>/approve",
+        views_playbooks.incident_playbook_approve,
+        name="incident-playbook-approve",
+    ),
+    path(
+        "<int:pk>/playbooks/<int:execution_pk>/abort",
+        views_playbooks.incident_playbook_abort,
+        name="incident-playbook-abort",
     ),
 ]

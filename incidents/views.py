@@ -20,11 +20,14 @@ from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 from fleetops.roles import can_act, is_admin
 
 from . import selectors, services
+from .domain.playbooks import PLAYBOOKS
 from .forms import BoardFilterForm
 from .models import Incident
 
 BOARD_LIMIT = 200
-PARTS = ("impact", "timeline")  # what the incident page polls for while the incident is open
+# What the incident page polls for: impact and timeline while the incident is open, playbooks while one is active.
+PARTS = ("impact", "timeline", "playbooks")
+PLAYBOOK_CHOICES = [(name, definition["title"]) for name, definition in PLAYBOOKS.items()]
 
 
 def _partial(request, template: str, context: dict, *, polling: bool) -> HttpResponse:
@@ -77,28 +80,39 @@ def open_count(request):
 @vary_on_headers("HX-Request")
 def incident_page(request, pk):
     incident = get_object_or_404(selectors.incidents_list(), pk=pk)
-    context = _incident_context(request, incident)
+    context = incident_context(request, incident)
     part = request.GET.get("part")
+    if request.htmx and part == "playbooks":
+        # A playbook moves nodes and mitigates: header, impact, timeline and nodes follow it out of band.
+        context["oob"] = True
+        template = "incidents/incident.html#incident-playbooks-acted"
+        return _partial(request, template, context, polling=context["playbooks_active"])
     if request.htmx and part in PARTS:
         return _partial(request, f"incidents/incident.html#incident-{part}", context, polling=incident.is_open)
     return render(request, "incidents/incident.html", context)
 
 
-def _incident_context(request, incident: Incident, *, error: str = "") -> dict:
-    user, assignees = request.user, list(incident.assignees.all())
+def incident_context(request, incident: Incident, *, error: str = "") -> dict:
+    user, assignees, now = request.user, list(incident.assignees.all()), timezone.now()
+    playbooks = selectors.incident_playbooks_get(incident=incident)
     return {
         "incident": incident,
-        "impact": selectors.incident_impact(incident=incident, now=timezone.now()),
+        "impact": selectors.incident_impact(incident=incident, now=now),
         "alerts": list(incident.alerts.select_related("node", "gpu").order_by("status", "-last_seen_at")),
         "nodes": list(incident.nodes.all()),
         "assignees": assignees,
         "timeline": selectors.incident_timeline_get(incident=incident),
         "refusals": selectors.incident_refusals_get(incident=incident) if is_admin(user) else [],
         "can_act": can_act(user),
+        "is_admin": is_admin(user),
         "is_assignee": user in assignees,
         "severities": Incident.Severity.values,
         "escalate_to": _one_up(incident.severity),
         "error": error,
+        "playbooks": playbooks,
+        "playbooks_active": any(execution.is_active for execution in playbooks),
+        "playbook_choices": PLAYBOOK_CHOICES,
+        "now": now,
     }
 
 
@@ -108,6 +122,15 @@ def _one_up(severity: str) -> str | None:
 
 
 # --- Actions: each takes (incident, actor, request) and calls one service -------------------------------
+
+
+def acting_actor(request, incident: Incident, verb: str) -> services.Actor:
+    """Who acts, if they may; otherwise the audit entry, then 403. `verb` completes "may not ... incidents"."""
+    actor = services.Actor.of_user(request.user)
+    if not can_act(request.user):
+        services.action_refused(incident=incident, actor=actor, action=verb)
+        raise PermissionDenied(f"You may not {verb} incidents: that needs the oncall role.")
+    return actor
 
 
 def _text(request, name: str) -> str:
@@ -167,10 +190,7 @@ ACTIONS = {
 def incident_act(request, pk, action):
     incident = get_object_or_404(Incident, pk=pk)
     verb, perform = ACTIONS[action]
-    actor = services.Actor.of_user(request.user)
-    if not can_act(request.user):
-        services.action_refused(incident=incident, actor=actor, action=verb)
-        raise PermissionDenied(f"You may not {verb} incidents: that needs the oncall role.")
+    actor = acting_actor(request, incident, verb)
     error = ""
     try:
         perform(incident, actor, request)
@@ -178,7 +198,7 @@ def incident_act(request, pk, action):
         error = str(refused)
     if not request.htmx and not error:
         return redirect(incident)
-    context = {**_incident_context(request, selectors.incidents_list().get(pk=pk), error=error), "oob": request.htmx}
+    context = {**incident_context(request, selectors.incidents_list().get(pk=pk), error=error), "oob": request.htmx}
     if request.htmx:
         # The actions box is the target; header, impact and timeline come along as out-of-band swaps.
         return render(request, "incidents/incident.html#incident-acted", context)

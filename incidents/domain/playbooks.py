@@ -53,6 +53,14 @@ RETURN_TO_SERVICE = {
 
 PLAYBOOKS = {p["name"]: p for p in (DRAIN_AND_REPLACE, RETURN_TO_SERVICE)}
 
+# Operations that act on the run's scheduler job: a playbook with one of these needs a run, not just a node.
+RUN_OPERATIONS = frozenset({"requeue_job", "wait_job_running"})
+
+
+def needs_run(definition: dict) -> bool:
+    return any(step["operation"] in RUN_OPERATIONS for step in definition["steps"])
+
+
 # Who must approve an action at a severity: "" (automatic), "oncall" or "admin".
 DEFAULT_APPROVALS = {
     "drain": {"SEV1": "", "SEV2": "", "SEV3": "", "SEV4": "oncall"},

@@ -19,3 +19,9 @@ def evidence_value(value, limit=300):
         return "—" if value is None else value
     text = json.dumps(value, separators=(", ", ": "), default=str)
     return text if len(text) <= int(limit) else text[: int(limit)] + " …"
+
+
+@register.filter
+def status_words(status: str) -> str:
+    """A playbook or step status for reading: waiting_approval -> 'waiting for approval'."""
+    return "waiting for approval" if status == "waiting_approval" else status.replace("_", " ")

@@ -165,3 +165,12 @@ def test_response_metrics(post, client, django_user_model):
     body = client.get("/api/v1/metrics/response?since=2026-02-01T00:00:00Z&until=2026-04-01T00:00:00Z").json()
     assert body["mttm"]["count"] == 1 and body["mttm"]["mean_s"] == (at(58) - at(45)).total_seconds()
     assert body["mttd"]["count"] == 1
+
+
+def test_a_fault_after_the_run_was_mitigated_is_a_new_incident(post):
+    story = [e for e in failure_and_restart() if e["type"] != "run.completed"]
+    post(story + [event("run.failed", at(100), "again", run="r1", reason="NCCL watchdog timeout", node="n3")])
+    first, second = Incident.objects.order_by("started_at")
+    assert first.status == "mitigated" and second.status == "triggered"
+    assert second.started_at == at(100) and second.alerts.get().kind == "run_failed"
+    assert first.group_key != second.group_key and second.group_key.startswith("run:r1@")
