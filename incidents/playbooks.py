@@ -140,6 +140,7 @@ def _describe(execution: PlaybookExecution, spec: dict) -> dict:
         "wait_job_running": lambda: adapter.describe_plan("job_status", job_id=job),
         "send_to_repair": lambda: adapter.describe_plan("ensure_in_pool", name=node, pool="repair"),
         "health_check": lambda: adapter.describe_plan("health_check", name=node, check=spec.get("check")),
+        "prepare_checks": lambda: adapter.plan_ready_for_checks(node),
         "return_to_pool": lambda: adapter.describe_plan("ensure_resumed", name=node),
     }
     return {"plan": plans[spec["operation"]]()}
@@ -372,6 +373,11 @@ def _health_check(execution, step, spec) -> dict:
     return {"summary": f"{check} passed on {node}", "details": result.details}
 
 
+def _prepare_checks(execution, step, spec) -> dict:
+    outcome = adapter_for(_cluster(execution)).ensure_ready_for_checks(execution.node.hostname)
+    return {"summary": outcome.summary, "changed": outcome.changed}
+
+
 def _return_to_pool(execution, step, spec) -> dict:
     adapter = adapter_for(_cluster(execution))
     adapter.ensure_resumed(execution.node.hostname)
@@ -386,5 +392,6 @@ OPERATIONS = {
     "wait_job_running": _wait_job_running,
     "send_to_repair": _send_to_repair,
     "health_check": _health_check,
+    "prepare_checks": _prepare_checks,
     "return_to_pool": _return_to_pool,
 }

@@ -171,6 +171,14 @@ class ClusterAdapter(ABC):
     def health_check_result(self, name: str, check: str) -> HealthCheck:
         """The latest run of `check` on the node; NotFoundError when none is known."""
 
+    def ensure_ready_for_checks(self, name: str) -> Outcome:
+        """Put a repaired node where health checks can run on it but no user job can: the repair pool."""
+        return self.ensure_in_pool(name, "repair")
+
+    def plan_ready_for_checks(self, name: str) -> str:
+        """The dry-run plan of ensure_ready_for_checks."""
+        return self.describe_plan("ensure_in_pool", name=name, pool="repair")
+
     @abstractmethod
     def describe_plan(self, operation: str, **args) -> str:
         """What `operation` (a method name, PLAN_OPERATIONS) would do, in the scheduler's terms, without doing it.

@@ -295,6 +295,17 @@ class SlurmAdapter(ClusterAdapter):
         job_id = job_id.split(";")[0]  # --parsable prints "id" or "id;cluster"
         return HealthCheck(name, check, "pending", ref=job_id)
 
+    def ensure_ready_for_checks(self, name: str) -> Outcome:
+        """Slurm runs no job, a check included, on a drained node: move it to the root-only repair partition
+        first, then lift the drain there, where only FleetOps' checks can reach it."""
+        moved = self.ensure_in_pool(name, "repair")
+        resumed = self.ensure_resumed(name)
+        return Outcome(moved.changed or resumed.changed, f"{moved.summary}; {resumed.summary}", node=resumed.node)
+
+    def plan_ready_for_checks(self, name: str) -> str:
+        repair = self.describe_plan("ensure_in_pool", name=name, pool="repair")
+        return f"{repair}; {self.describe_plan('ensure_resumed', name=name)}"
+
     # -- dry run
 
     def describe_plan(self, operation: str, **args) -> str:

@@ -23,6 +23,7 @@ RETURN_TO_SERVICE = {
     "name": "return-to-service",
     "title": "Gate a repaired node (DCGM diagnostics, NCCL all-reduce, burn-in) back into the spare pool",
     "steps": [
+        {"name": "ready for checks", "operation": "prepare_checks", "action": "repair", "retries": 3, "timeout_s": 120},
         {
             "name": "dcgm diag",
             "operation": "health_check",

@@ -136,3 +136,31 @@ def test_an_old_fault_does_not_start_a_playbook(post):
     post(spares("s1") + story_until_failure() + xid_storm(5))  # March, replayed in November
     assert not PlaybookExecution.objects.exists()
     assert Incident.objects.get().status == "triggered"
+
+
+def test_a_repaired_node_returns_through_the_gate_to_the_spares(
+    post, django_capture_on_commit_callbacks, django_user_model
+):
+    with time_machine.travel(at(47, 30)):
+        post(spares("s1") + story_until_failure() + xid_storm(5))
+    assert Node.objects.get(hostname="n2").state == "in_repair"
+    person = services.Actor.of_user(django_user_model.objects.create_user("ana"))
+    node = Node.objects.get(hostname="n2")
+    with django_capture_on_commit_callbacks(execute=True):
+        execution = playbook_start(playbook="return-to-service", actor=person, node=node)
+    execution.refresh_from_db()
+    assert execution.status == "waiting_approval"  # back to service always needs a person
+    assert [s.status for s in execution.steps.order_by("index")][:4] == ["succeeded"] * 4  # the three checks passed
+    with django_capture_on_commit_callbacks(execute=True):
+        playbook_approve(execution=execution, actor=person, role_ok=True)
+    execution.refresh_from_db()
+    assert execution.status == "succeeded", execution.error
+    assert Node.objects.get(hostname="n2").state == "hot_spare"
+    checks = {e.data["check"]: e.data["passed"] for e in node_events("n2", "healthcheck.result")}
+    assert checks == {"dcgm_diag_r3": True, "nccl_allreduce": True, "burn_in": True}
+
+
+def node_events(hostname, type_):
+    from runs.models import Event
+
+    return Event.objects.filter(node_name=hostname, type=type_)
