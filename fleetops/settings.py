@@ -215,6 +215,8 @@ SDC_REL_TOLERANCE = env.float("SDC_REL_TOLERANCE", default=0.05)
 SDC_REPEATS = env.int("SDC_REPEATS", default=3)
 LEMON_WINDOW_S = env.float("LEMON_WINDOW_S", default=7 * 86400.0)
 LEMON_THRESHOLD = env.int("LEMON_THRESHOLD", default=3)
+# A repair's usual length in hours, until the cluster's own repairs say otherwise (the spare pool size).
+REPAIR_HOURS_DEFAULT = env.float("REPAIR_HOURS_DEFAULT", default=48.0)
 # Playbooks stop and page a human rather than take more than this share of a cluster out of service.
 PLAYBOOK_AUTO_START = env.bool("PLAYBOOK_AUTO_START", default=True)
 # ... but only for faults this recent (seconds): late or backfilled events never drain a node.

@@ -1,5 +1,6 @@
 """Reads for incidents: live impact, lists, response metrics."""
 
+import statistics
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -7,8 +8,10 @@ from django.conf import settings
 from django.db.models import Count, Max, Min, Q, Sum
 
 from runs.domain import goodput
+from runs.models import Cluster, Event, Interruption, Node, Run
 from runs.selectors import run_timeline_get
 
+from .domain.playbooks import spares_needed
 from .domain.response import IncidentTimes, response_metrics
 from .models import Incident, PlaybookExecution, TimelineEntry
 
@@ -132,3 +135,52 @@ def response_metrics_get(*, since: datetime, until: datetime) -> dict:
         )
     ]
     return response_metrics(times, since=since, until=until)
+
+
+# --- Spare pool sufficiency (DOMAIN.md section 5) ---
+
+
+@dataclass(frozen=True)
+class SparePool:
+    cluster_id: int
+    spares: int  # hot spares now
+    needed: int  # the smallest pool with P(more failures in a repair window than spares) < target
+    failures_per_hour: float
+    repair_hours: float
+    repair_measured: bool  # from the cluster's own repairs, or the default
+    target: float
+
+    @property
+    def short(self) -> bool:
+        return self.spares < self.needed
+
+
+def spare_pools_get(*, now: datetime, window_days: int = 30, target: float = 0.01) -> dict[int, SparePool]:
+    """Per cluster: hot spares against what its failure rate and repair time call for."""
+    since = now - timedelta(days=window_days)
+    pools = {}
+    for cluster_id in Cluster.objects.values_list("pk", flat=True):
+        failures = Interruption.objects.filter(run__cluster_id=cluster_id, planned=False, fault_at__gte=since).count()
+        first = Run.objects.filter(cluster_id=cluster_id).aggregate(first=Min("started_at"))["first"]
+        hours = max(((now - max(first, since)).total_seconds() / 3600) if first else 0.0, 1.0)
+        repairs = _repair_hours(cluster_id)
+        repair_hours = statistics.median(repairs) if repairs else settings.REPAIR_HOURS_DEFAULT
+        rate = failures / hours
+        spares = Node.objects.filter(cluster_id=cluster_id, state="hot_spare").count()
+        needed = spares_needed(failures_per_hour=rate, repair_hours=repair_hours, target=target)
+        pools[cluster_id] = SparePool(cluster_id, spares, needed, rate, repair_hours, bool(repairs), target)
+    return pools
+
+
+def _repair_hours(cluster_id: int) -> list[float]:
+    """How long the cluster's nodes stayed in repair: in_repair to the next hot_spare or in_service."""
+    hostnames = list(Node.objects.filter(cluster_id=cluster_id).values_list("hostname", flat=True))
+    entered: dict[str, datetime] = {}
+    durations = []
+    rows = Event.objects.filter(type="node.state", node_name__in=hostnames).order_by("time", "id")
+    for hostname, time, data in rows.values_list("node_name", "time", "data").iterator():
+        if data["state"] == "in_repair":
+            entered.setdefault(hostname, time)
+        elif data["state"] in ("hot_spare", "in_service") and hostname in entered:
+            durations.append((time - entered.pop(hostname)).total_seconds() / 3600)
+    return durations

@@ -37,6 +37,7 @@ def overview(request):
         return render(request, "runs/overview.html#run-table", context)
     context |= {
         "clusters": selectors.node_states_by_cluster(),
+        "spare_pools": incident_selectors.spare_pools_get(now=timezone.now()),
         "node_states": Node.STATES,
         "interruptions": selectors.interruptions_recent(),
         **_fleet_health_context(timezone.now()),

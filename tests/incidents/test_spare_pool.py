@@ -1,0 +1,62 @@
+"""Spare pool sufficiency: hot spares against the cluster's failure rate and repair time (Poisson)."""
+
+import pytest
+import time_machine
+
+from incidents.domain.playbooks import spares_needed
+from incidents.selectors import spare_pools_get
+from runs.models import Cluster
+from tests.runs.scenario import at, event
+
+
+def test_it_sizes_the_pool_from_the_clusters_own_failures_and_repairs(post):
+    events = [event("run.started", at(0), "s0", run="r", cluster="c1", gpus=16, nodes=["n1", "n2"], job_id="1")]
+    for i in range(4):  # four failures in the first 10 hours
+        events += [
+            event("run.failed", at(120 * i + 60), f"f{i}", run="r", reason="crash", node="n1"),
+            event(
+                "run.started",
+                at(120 * i + 70),
+                f"s{i + 1}",
+                run="r",
+                cluster="c1",
+                gpus=16,
+                nodes=["n1", "n2"],
+                job_id=str(i + 2),
+            ),
+        ]
+    events += [  # one repair of 24 h, and one hot spare now
+        event("node.state", at(100), "rep", node="n9", state="in_repair", reason="rma", cluster="c1"),
+        event(
+            "node.state", at(100 + 24 * 60), "back", node="n9", state="hot_spare", reason="gate passed", cluster="c1"
+        ),
+    ]
+    post(events)
+    with time_machine.travel(at(600 * 2)):  # 20 hours after the run started
+        (pool,) = spare_pools_get(now=at(1200)).values()
+    assert pool.failures_per_hour == pytest.approx(4 / 20)
+    assert (pool.repair_hours, pool.repair_measured, pool.spares) == (24.0, True, 1)
+    assert pool.needed == spares_needed(failures_per_hour=0.2, repair_hours=24, target=0.01) == 11
+    assert pool.short
+
+
+def test_without_repairs_it_uses_the_default_repair_time(post, settings):
+    settings.REPAIR_HOURS_DEFAULT = 12
+    post([event("run.started", at(0), "s0", run="r", cluster="c1", gpus=8, nodes=["n1"], job_id="1")])
+    (pool,) = spare_pools_get(now=at(600)).values()
+    assert (pool.repair_hours, pool.repair_measured, pool.needed, pool.short) == (12, False, 0, False)
+
+
+def test_the_overview_warns_when_the_pool_is_short(post, client, django_user_model):
+    post(
+        [
+            event("run.started", at(0), "s0", run="r", cluster="c1", gpus=8, nodes=["n1"], job_id="1"),
+            event("run.failed", at(30), "f", run="r", reason="crash", node="n1"),
+        ]
+    )
+    client.force_login(django_user_model.objects.create_user("ana"))
+    with time_machine.travel(at(60)):
+        html = client.get("/").content.decode()
+    cluster = Cluster.objects.get(name="c1")
+    assert f'id="spare-pool-{cluster.pk}"' in html and "Hot spares <strong>0</strong> of" in html
+    assert "short</span>" in html
