@@ -176,6 +176,13 @@ class Interruption(models.Model):
     def cause_group(self) -> str:
         return cause_group(self.cause).value
 
+    def playbooks(self, *, now):
+        """Playbook executions on this run started between the fault and training again (or now)."""
+        until = self.resumed_at or now
+        return self.run.playbooks.filter(started_at__gte=self.fault_at, started_at__lte=until, dry_run=False).order_by(
+            "started_at"
+        )
+
     @property
     def resumed_from_checkpoint(self):
         """The checkpoint training resumed from, once both its event and the restore are known."""

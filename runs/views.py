@@ -102,6 +102,9 @@ def _goodput_context(run: Run, now) -> dict:
     interruptions = list(run.interruptions.select_related("node", "gpu").order_by("-number"))
     for interruption in interruptions:
         interruption.cost = costs.get(interruption.number)
+        interruption.steps = [
+            (execution, list(execution.steps.order_by("index"))) for execution in interruption.playbooks(now=now)
+        ]
     faults = [{"at": i.fault_at, "label": f"#{i.number} {cause_label(i.cause)}"} for i in interruptions]
     return {
         "report": report,

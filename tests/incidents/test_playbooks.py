@@ -164,3 +164,14 @@ def node_events(hostname, type_):
     from runs.models import Event
 
     return Event.objects.filter(node_name=hostname, type=type_)
+
+
+def test_the_run_page_shows_each_playbook_step_of_the_interruption_with_its_time(post, client, django_user_model):
+    with time_machine.travel(at(47, 30)):
+        post(spares("s1") + story_until_failure() + xid_storm(5))
+    client.force_login(django_user_model.objects.create_user("ana"))
+    html = client.get("/runs/r1").content.decode()
+    execution = PlaybookExecution.objects.get()
+    assert f"drain-and-replace #{execution.pk}:" in html
+    for step in execution.steps.all():
+        assert step.name in html
