@@ -8,6 +8,7 @@ from pathlib import Path
 
 import environ
 import plotly
+from celery.schedules import crontab
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -159,6 +160,7 @@ CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=not REDIS_URL)
 CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TIMEZONE = "UTC"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -174,6 +176,11 @@ CELERY_BEAT_SCHEDULE = {
     "detect-sdc": {"task": "incidents.tasks.detect_sdc", "schedule": 300.0},
     "detect-lemons": {"task": "incidents.tasks.detect_lemons", "schedule": 3600.0},
     "resume-playbooks": {"task": "incidents.tasks.resume_playbooks", "schedule": 30.0},
+    # Every Monday 00:00 UTC, the week before.
+    "weekly-report": {
+        "task": "incidents.report_tasks.generate_weekly_report",
+        "schedule": crontab(minute=0, hour=0, day_of_week="mon"),
+    },
 }
 
 # --- Production hardening (check --deploy) ---

@@ -7,6 +7,7 @@ urlpatterns = [
     path("incidents/", include("incidents.urls")),
     path("api/v1/", include("runs.api.urls")),
     path("api/v1/", include("incidents.api.urls")),
+    path("reports/", include("incidents.report_urls")),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
