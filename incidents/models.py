@@ -119,6 +119,7 @@ class TimelineEntry(models.Model):
         REFUSED = "refused"  # an action someone was not allowed to take
         PLAYBOOK = "playbook"
         PAGED = "paged"
+        POSTMORTEM = "postmortem"
 
     incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="timeline")
     at = models.DateTimeField()
@@ -224,3 +225,68 @@ class StepExecution(models.Model):
         if self.started_at and self.finished_at:
             return (self.finished_at - self.started_at).total_seconds()
         return None
+
+
+class Postmortem(models.Model):
+    """The write-up of one incident: drafted by FleetOps from the record when it is resolved, then edited."""
+
+    incident = models.OneToOneField(Incident, on_delete=models.CASCADE, related_name="postmortem")
+    markdown = models.TextField()
+    drafted_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    reviewed_at = models.DateTimeField(null=True, blank=True, help_text="Cleared when the text changes after.")
+    reviewed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reviewed_by_name = models.CharField(max_length=200, blank=True)
+
+    def __str__(self):
+        return f"Postmortem of #{self.incident_id}"
+
+    def get_absolute_url(self):
+        return reverse("incident-postmortem", args=[self.incident_id])
+
+
+class PostmortemVersion(models.Model):
+    """Append-only: every draft and every save of a postmortem, with who wrote it."""
+
+    postmortem = models.ForeignKey(Postmortem, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    markdown = models.TextField()
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    author_name = models.CharField(max_length=200)
+    note = models.CharField(max_length=200, blank=True, help_text="drafted, redrafted or edited")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["postmortem", "-number"]
+        constraints = [models.UniqueConstraint(fields=["postmortem", "number"], name="postmortem_version_unique")]
+
+    def __str__(self):
+        return f"{self.postmortem} v{self.number} by {self.author_name}"
+
+
+class ActionItem(models.Model):
+    """Something a postmortem says must be done, with who does it and by when; tracked across incidents."""
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="action_items")
+    text = models.CharField(max_length=500)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="action_items"
+    )
+    due_on = models.DateField(null=True, blank=True)
+    created_by_name = models.CharField(max_length=200)
+    created_at = models.DateTimeField()
+    done_at = models.DateTimeField(null=True, blank=True)
+    done_by_name = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["done_at", "due_on"])]
+
+    def __str__(self):
+        return f"#{self.incident_id}: {self.text}"
+
+    @property
+    def is_done(self) -> bool:
+        return self.done_at is not None

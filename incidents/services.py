@@ -15,7 +15,8 @@ from runs.models import GPU, Attempt, Node, Run
 
 from .domain.detectors import Finding
 from .domain.response import severity_from_impact
-from .models import Alert, Incident, TimelineEntry
+from .models import Alert, Incident, Postmortem, TimelineEntry
+from .postmortems import postmortem_draft
 
 SYSTEM = "FleetOps"
 _ALERT_RANK = {"critical": 0, "error": 1, "warning": 2, "info": 3}
@@ -364,6 +365,22 @@ def incident_resolve(*, incident: Incident, actor: Actor, override_reason: str =
     if firing:
         text += f" with {firing} alert(s) still firing: {override_reason.strip()}"
     _entry(incident, kind="resolved", actor=actor, text=text, data={"firing": firing})
+    postmortem_draft(incident=incident, actor=FLEETOPS, now=incident.resolved_at)
+    return incident
+
+
+@transaction.atomic
+def incident_close(*, incident: Incident, actor: Actor) -> Incident:
+    """Resolved -> closed: the write-up is done. Needs the postmortem reviewed, except for SEV4."""
+    incident = _locked(incident)
+    if incident.status != Incident.Status.RESOLVED:
+        raise IncidentError(f"Only a resolved incident can be closed; this one is {incident.status}.")
+    postmortem = Postmortem.objects.filter(incident=incident).first()
+    if incident.severity != Incident.Severity.SEV4 and (postmortem is None or postmortem.reviewed_at is None):
+        raise IncidentError(f"A {incident.severity} incident closes only once its postmortem is marked reviewed.")
+    incident.status, incident.closed_at = Incident.Status.CLOSED, timezone.now()
+    incident.save(update_fields=["status", "closed_at"])
+    _entry(incident, kind="closed", actor=actor, at=incident.closed_at, text=f"Closed by {actor.name}")
     return incident
 
 

@@ -1,11 +1,21 @@
 from django.urls import path
 
-from . import views, views_playbooks
+from . import views, views_playbooks, views_postmortems
 
 urlpatterns = [
     path("", views.board, name="incident-board"),
     path("open-count", views.open_count, name="incident-open-count"),
     path("<int:pk>", views.incident_page, name="incident-page"),
+    path("action-items", views_postmortems.action_items, name="action-items"),
+    path("<int:pk>/postmortem", views_postmortems.postmortem_page, name="incident-postmortem"),
+    path("<int:pk>/postmortem.md", views_postmortems.postmortem_markdown, name="incident-postmortem-md"),
+    path("<int:pk>/postmortem/preview", views_postmortems.postmortem_preview, name="incident-postmortem-preview"),
+    *(
+        path(
+            f"<int:pk>/postmortem/{name}", views_postmortems.postmortem_act, {"action": name}, name=f"postmortem-{name}"
+        )
+        for name in views_postmortems.ACTIONS
+    ),
     *(
         path(f"<int:pk>/{name}", views.incident_act, {"action": name}, name=f"incident-action-{name}")
         for name in views.ACTIONS

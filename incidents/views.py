@@ -172,6 +172,10 @@ def _reopen(incident, actor, request):
     services.incident_reopen(incident=incident, actor=actor, reason=_text(request, "reason"))
 
 
+def _close(incident, actor, request):
+    services.incident_close(incident=incident, actor=actor)
+
+
 # The name in the URL: (what a refusal's audit entry says was tried, the call).
 ACTIONS = {
     "acknowledge": ("acknowledge", _acknowledge),
@@ -182,6 +186,7 @@ ACTIONS = {
     "severity": ("change the severity of", _change_severity),
     "resolve": ("resolve", _resolve),
     "reopen": ("reopen", _reopen),
+    "close": ("close", _close),
 }
 
 
