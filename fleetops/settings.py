@@ -176,6 +176,7 @@ CELERY_BEAT_SCHEDULE = {
     "detect-sdc": {"task": "incidents.tasks.detect_sdc", "schedule": 300.0},
     "detect-lemons": {"task": "incidents.tasks.detect_lemons", "schedule": 3600.0},
     "resume-playbooks": {"task": "incidents.tasks.resume_playbooks", "schedule": 30.0},
+    "resume-deliveries": {"task": "incidents.tasks.resume_deliveries", "schedule": 60.0},
     # Every Monday 00:00 UTC, the week before.
     "weekly-report": {
         "task": "incidents.report_tasks.generate_weekly_report",
@@ -231,3 +232,13 @@ PLAYBOOK_AUTO_START_MAX_AGE_S = env.float("PLAYBOOK_AUTO_START_MAX_AGE_S", defau
 PLAYBOOK_MAX_OUT_SHARE = env.float("PLAYBOOK_MAX_OUT_SHARE", default=0.05)
 # What a GPU-hour costs, for the incident's cost per minute.
 GPU_HOUR_COST_USD = env.float("GPU_HOUR_COST_USD", default=2.5)
+
+# --- Outgoing notifications (incidents.notifications) ---
+# Links in webhooks and e-mails: the address people open FleetOps at, e.g. https://fleetops.example.com
+PUBLIC_URL = env.str("PUBLIC_URL", default="http://localhost:8000")
+NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", default=6)  # attempts per delivery, the first included
+NOTIFY_BACKOFF_S = env.float("NOTIFY_BACKOFF_S", default=30.0)  # before the 2nd attempt; doubles after each
+NOTIFY_TIMEOUT_S = env.float("NOTIFY_TIMEOUT_S", default=10.0)  # per HTTP request
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="fleetops@localhost")
+EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)

@@ -67,7 +67,8 @@ def _detect(events: list[Event]) -> int:
         data = event.data
         if event.type == "gpu.xid":
             # A storm of identical Xids on one GPU is one fault: counted into one alert, not one alert each.
-            samples.append(XidSample(event.time, event.node_name, data["gpu"], data["xid"], data["message"]))
+            sample = XidSample(event.time, event.node_name, data["gpu"], data["xid"], data["message"])
+            samples.extend([sample] * data.get("count", 1))  # an agent may have folded a storm into one event
         elif event.type == "run.failed":
             recorded += _record(_run_failed(event), event.time, action=_failure_action(data))
         elif event.type == "run.restored":

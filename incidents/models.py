@@ -290,3 +290,72 @@ class ActionItem(models.Model):
     @property
     def is_done(self) -> bool:
         return self.done_at is not None
+
+
+class WebhookEndpoint(models.Model):
+    """Where incident events go: a webhook (generic JSON, Slack, PagerDuty Events v2) or a list of e-mail addresses."""
+
+    class Format(models.TextChoices):
+        GENERIC = "generic"
+        SLACK = "slack"
+        PAGERDUTY = "pagerduty"
+        EMAIL = "email"
+
+    name = models.CharField(max_length=100, unique=True)
+    url = models.CharField(
+        max_length=1000, help_text="The https:// URL to POST to; for e-mail, addresses, comma-separated."
+    )
+    format = models.CharField(max_length=20, choices=Format.choices, default=Format.GENERIC)
+    secret = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Signs each body with HMAC-SHA256 (X-FleetOps-Signature); blank: unsigned.",
+    )
+    routing_key = models.CharField(max_length=200, blank=True, help_text="PagerDuty format: the integration's key.")
+    events = models.JSONField(
+        default=list, blank=True, help_text='Event names to send, e.g. ["triggered"]; empty: all.'
+    )
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return f"{self.name} ({self.format})"
+
+    def wants(self, event: str) -> bool:
+        return not self.events or event in self.events
+
+
+class Delivery(models.Model):
+    """One event for one endpoint: created with the timeline entry, sent by a task, retried with backoff."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"
+
+    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries")
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="deliveries")
+    entry = models.ForeignKey(TimelineEntry, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.CharField(max_length=40)
+    payload = models.JSONField(help_text="What is sent, built when the event happened.")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    # A worker sending this holds it until then; a later worker may take it over only after (the first one died).
+    claimed_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "deliveries"
+        # One event is delivered at most once per endpoint.
+        constraints = [models.UniqueConstraint(fields=["endpoint", "entry"], name="delivery_one_per_endpoint_entry")]
+        indexes = [models.Index(fields=["status", "next_attempt_at"])]
+
+    def __str__(self):
+        return f"{self.event} #{self.incident_id} -> {self.endpoint_id} ({self.status})"

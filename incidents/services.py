@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from runs.models import GPU, Attempt, Node, Run
 
+from . import notifications
 from .domain.detectors import Finding
 from .domain.response import severity_from_impact
 from .models import Alert, Incident, Postmortem, TimelineEntry
@@ -47,7 +48,7 @@ FLEETOPS = Actor(None, SYSTEM)
 
 
 def _entry(incident: Incident, *, kind: str, text: str, actor: Actor = FLEETOPS, at=None, data=None) -> TimelineEntry:
-    return TimelineEntry.objects.create(
+    entry = TimelineEntry.objects.create(
         incident=incident,
         at=at or timezone.now(),
         actor=actor.user,
@@ -56,6 +57,9 @@ def _entry(incident: Incident, *, kind: str, text: str, actor: Actor = FLEETOPS,
         text=text,
         data=data or {},
     )
+    # Every event passes here: the deliveries commit with the entry and are sent after (notifications.EVENT_OF_KIND).
+    notifications.notify(entry)
+    return entry
 
 
 # --- Detection: findings become alerts, alerts group into incidents -------------------------------------
@@ -208,10 +212,18 @@ def _severity(incident: Incident, worst: Alert | None) -> str:
 
 
 def alerts_resolve(
-    *, at: datetime, reason: str, node: Node | None = None, run: Run | None = None, kinds: tuple[str, ...] | None = None
+    *,
+    at: datetime,
+    reason: str,
+    node: Node | None = None,
+    run: Run | None = None,
+    kinds: tuple[str, ...] | None = None,
+    fingerprint: str | None = None,
 ) -> int:
     """Mark matching firing alerts resolved (the condition cleared) and say so on their incidents."""
     alerts = Alert.objects.filter(status="firing")
+    if fingerprint is not None:
+        alerts = alerts.filter(fingerprint=fingerprint)
     if node is not None:
         alerts = alerts.filter(node=node)
     if run is not None:

@@ -4,7 +4,7 @@ from celery import shared_task
 from django.db import OperationalError
 from django.utils import timezone
 
-from . import detection
+from . import detection, notifications
 
 _RETRY = {"acks_late": True, "autoretry_for": (OperationalError,), "retry_backoff": 2, "max_retries": 5}
 
@@ -56,3 +56,14 @@ def resume_playbooks() -> int:
     from .playbooks import playbooks_resume_stale
 
     return playbooks_resume_stale()
+
+
+@shared_task(**_RETRY)
+def deliver_notification(delivery_id: int) -> str:
+    """One attempt; a transient failure queues the next one itself (notifications.delivery_send), bounded."""
+    return notifications.delivery_send(delivery_id=delivery_id).status
+
+
+@shared_task(**_RETRY)
+def resume_deliveries() -> int:
+    return notifications.deliveries_resume(now=timezone.now())

@@ -1,12 +1,14 @@
 from django.urls import path
 
-from . import views, views_playbooks, views_postmortems
+from . import views, views_notifications, views_playbooks, views_postmortems
 
 urlpatterns = [
     path("", views.board, name="incident-board"),
     path("open-count", views.open_count, name="incident-open-count"),
     path("<int:pk>", views.incident_page, name="incident-page"),
     path("action-items", views_postmortems.action_items, name="action-items"),
+    path("deliveries", views_notifications.deliveries, name="incident-deliveries"),
+    path("deliveries/<int:pk>/retry", views_notifications.delivery_retry, name="incident-delivery-retry"),
     path("<int:pk>/postmortem", views_postmortems.postmortem_page, name="incident-postmortem"),
     path("<int:pk>/postmortem.md", views_postmortems.postmortem_markdown, name="incident-postmortem-md"),
     path("<int:pk>/postmortem/preview", views_postmortems.postmortem_preview, name="incident-postmortem-preview"),

@@ -226,7 +226,7 @@ def _apply_xid(event: Event) -> None:
     data = event.data
     gpu = _gpu(event.node_name, data["gpu"], data.get("uuid"))
     # Every Xid counts, storms included; detection (a later issue) dedupes them into faults.
-    GPU.objects.filter(pk=gpu.pk).update(xid_count=F("xid_count") + 1)
+    GPU.objects.filter(pk=gpu.pk).update(xid_count=F("xid_count") + data.get("count", 1))
     GPU.objects.filter(pk=gpu.pk).filter(_newer("last_xid_at", event.time)).update(
         last_xid=data["xid"], last_xid_at=event.time, last_xid_message=data["message"][:1000]
     )

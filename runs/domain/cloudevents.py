@@ -188,6 +188,7 @@ SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
         "xid": (_int(minimum=0), True),
         "message": (_str, True),
         "uuid": (_str, False),
+        "count": (_int(minimum=1), False),  # a storm folded by the agent: this many identical Xids
     },
     "gpu.ecc": {
         "node": (_name, True),

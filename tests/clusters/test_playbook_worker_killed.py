@@ -21,9 +21,7 @@ pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 BATCH = "application/cloudevents-batch+json"
 
 
-def test_a_killed_worker_leaves_the_playbook_to_the_next_without_repeating_a_side_effect(
-    writer, broker, slurm_cluster
-):
+def test_a_killed_worker_leaves_the_playbook_to_the_next_without_repeating_a_side_effect(writer, broker, slurm_cluster):
     slurm = SlurmAdapter(SlurmConfig(slurm_conf=slurm_cluster.conf, timeout_s=20))
     Cluster.objects.create(name="loopback", scheduler="slurm", api_url=slurm_cluster.conf)
     job_id = (
