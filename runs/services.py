@@ -302,10 +302,37 @@ def run_lifecycle_rebuild(*, run: Run) -> None:
     run.checkpoint_interval_s = settings.get("checkpoint_interval_s", run.checkpoint_interval_s)
     run.save()
 
-    hostnames = {h for a in derived.attempts for h in a.nodes} | {i.node for i in derived.interruptions if i.node}
-    nodes = {h: _node(h, settings.get("cluster")) for h in sorted(hostnames)}
-    attempts = _sync_attempts(run, derived.attempts, nodes)
-    _sync_interruptions(run, derived.interruptions, attempts, nodes)
+    hostnames = sorted(
+        {h for a in derived.attempts for h in a.nodes} | {i.node for i in derived.interruptions if i.node}
+    )
+    node_ids = _node_ids(hostnames, run.cluster_id if "cluster" in settings else None)
+    attempts = _sync_attempts(run, derived.attempts, node_ids)
+    _sync_interruptions(run, derived.interruptions, attempts, node_ids)
+
+
+def _node_ids(hostnames: list[str], cluster_id: int | None) -> dict[str, int]:
+    """hostname -> Node id for every node the run touched, created if new: a few queries, however many nodes."""
+    _create_missing(Node, "hostname", hostnames)
+    if cluster_id is not None:
+        Node.objects.filter(hostname__in=hostnames, cluster__isnull=True).update(cluster_id=cluster_id)
+    return dict(Node.objects.filter(hostname__in=hostnames).values_list("hostname", "pk"))
+
+
+def _gpu_ids(pairs: set[tuple[int, int]]) -> dict[tuple[int, int], int]:
+    """(node id, index) -> GPU id, creating the GPUs not seen yet."""
+    if not pairs:
+        return {}
+    node_ids = {node_id for node_id, _ in pairs}
+    existing = {
+        (n, i): pk for n, i, pk in GPU.objects.filter(node_id__in=node_ids).values_list("node_id", "index", "pk")
+    }
+    missing = pairs - set(existing)
+    if missing:
+        GPU.objects.bulk_create([GPU(node_id=n, index=i) for n, i in sorted(missing)], ignore_conflicts=True)
+        existing = {
+            (n, i): pk for n, i, pk in GPU.objects.filter(node_id__in=node_ids).values_list("node_id", "index", "pk")
+        }
+    return existing
 
 
 def _sync(model, run: Run, wanted: dict[int, dict]) -> dict[int, object]:
@@ -325,7 +352,7 @@ def _sync(model, run: Run, wanted: dict[int, dict]) -> dict[int, object]:
     return result
 
 
-def _sync_attempts(run: Run, derived: list[lifecycle.Attempt], nodes: dict[str, Node]) -> dict[int, Attempt]:
+def _sync_attempts(run: Run, derived: list[lifecycle.Attempt], node_ids: dict[str, int]) -> dict[int, Attempt]:
     wanted = {
         a.number: {
             "job_id": a.job_id,
@@ -344,18 +371,21 @@ def _sync_attempts(run: Run, derived: list[lifecycle.Attempt], nodes: dict[str, 
         members.setdefault(attempt_id, set()).add(node_id)
     for a in derived:
         row = attempts[a.number]
-        node_ids = {nodes[h].pk for h in a.nodes}
-        if members.get(row.pk, set()) != node_ids:
-            row.nodes.set(node_ids)
+        wanted_nodes = {node_ids[h] for h in a.nodes}
+        if members.get(row.pk, set()) != wanted_nodes:
+            row.nodes.set(wanted_nodes)
     return attempts
 
 
-def _sync_interruptions(run, derived: list[lifecycle.Interruption], attempts, nodes) -> None:
+def _sync_interruptions(run, derived: list[lifecycle.Interruption], attempts, node_ids) -> None:
+    gpu_ids = _gpu_ids({(node_ids[i.node], i.gpu) for i in derived if i.node and i.gpu is not None})
     wanted = {}
     for i in derived:
-        gpu = _gpu(i.node, i.gpu) if i.node and i.gpu is not None else None
+        node_id = node_ids[i.node] if i.node else None
+        attempt = attempts.get(i.attempt_number)
+        # Ids, not objects: comparing a row's FK by object would load it, one query per interruption.
         wanted[i.number] = {
-            "attempt": attempts.get(i.attempt_number),
+            "attempt_id": attempt.pk if attempt else None,
             "fault_at": i.fault_at,
             "detected_at": i.detected_at,
             "running_at": i.running_at,
@@ -365,8 +395,8 @@ def _sync_interruptions(run, derived: list[lifecycle.Interruption], attempts, no
             "planned": i.planned,
             "kind": i.kind,
             "reason": i.reason[:1000],
-            "node": nodes.get(i.node) if i.node else None,
-            "gpu": gpu,
+            "node_id": node_id,
+            "gpu_id": gpu_ids.get((node_id, i.gpu)) if node_id and i.gpu is not None else None,
             "xid": i.xid,
         }
     _sync(Interruption, run, wanted)
