@@ -42,8 +42,9 @@ def board(request):
     form = BoardFilterForm(request.GET)
     incidents = list(selectors.incidents_list(**form.selector_kwargs()).prefetch_related("nodes")[:BOARD_LIMIT])
     now = timezone.now()
+    impacts = selectors.incident_impacts_get(incidents=incidents, now=now)
     for incident in incidents:
-        incident.impact = selectors.incident_impact(incident=incident, now=now)
+        incident.impact = impacts[incident.pk]
     open_counts = Counter(i.severity for i in incidents if i.is_open)
     polling = bool(open_counts)
     context = {

@@ -5,7 +5,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count
+from django.db.models import Count, Prefetch
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
@@ -13,6 +13,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from incidents import selectors as incident_selectors
 from incidents.domain.xid import XidSample, dedupe_xids
+from incidents.models import StepExecution
 
 from . import charts, selectors
 from .domain import advisor, goodput
@@ -100,10 +101,16 @@ def _goodput_context(run: Run, now) -> dict:
     report = selectors.run_goodput_get(run=run, since=None, until=None, now=now)
     costs = {c.number: c for c in goodput.interruption_costs(timeline, now=now)}
     interruptions = list(run.interruptions.select_related("node", "gpu").order_by("-number"))
+    # The run's playbook executions and their steps in two queries, then shared out as Interruption.playbooks does.
+    steps = Prefetch("steps", queryset=StepExecution.objects.order_by("index"))
+    executions = list(run.playbooks.filter(dry_run=False).prefetch_related(steps).order_by("started_at"))
     for interruption in interruptions:
         interruption.cost = costs.get(interruption.number)
+        until = interruption.resumed_at or now
         interruption.steps = [
-            (execution, list(execution.steps.order_by("index"))) for execution in interruption.playbooks(now=now)
+            (execution, list(execution.steps.all()))
+            for execution in executions
+            if interruption.fault_at <= execution.started_at <= until
         ]
     faults = [{"at": i.fault_at, "label": f"#{i.number} {cause_label(i.cause)}"} for i in interruptions]
     return {

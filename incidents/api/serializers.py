@@ -47,7 +47,7 @@ class IncidentSerializer(serializers.ModelSerializer):
         ]
 
     def get_alerts(self, obj) -> dict:
-        alerts = list(obj.alerts.values_list("fingerprint", "count", "status"))
+        alerts = [(a.fingerprint, a.count, a.status) for a in obj.alerts.all()]  # prefetched by the view
         return {
             "count": sum(count for _, count, _ in alerts),
             "firing": sum(1 for _, _, state in alerts if state == "firing"),
@@ -55,7 +55,9 @@ class IncidentSerializer(serializers.ModelSerializer):
         }
 
     def get_impact(self, obj) -> ImpactSerializer:
-        return ImpactSerializer(selectors.incident_impact(incident=obj, now=timezone.now())).data
+        impacts = self.context.get("impacts")  # a list computes them all at once (IncidentViewSet.list)
+        impact = impacts[obj.pk] if impacts and obj.pk in impacts else None
+        return ImpactSerializer(impact or selectors.incident_impact(incident=obj, now=timezone.now())).data
 
 
 class AlertSerializer(serializers.ModelSerializer):

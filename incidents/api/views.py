@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import django_filters
+from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
@@ -14,7 +15,7 @@ from runs.api.auth import IncidentsWriteScope
 from runs.models import ApiToken
 
 from .. import selectors, services
-from ..models import Incident
+from ..models import Alert, Incident
 from .serializers import IncidentDetailSerializer, IncidentSerializer
 
 
@@ -47,7 +48,19 @@ class IncidentViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_class = IncidentFilter
 
     def get_queryset(self):
-        return selectors.incidents_list().prefetch_related("nodes", "assignees")
+        alerts = Prefetch("alerts", queryset=Alert.objects.select_related("node", "gpu"))
+        return selectors.incidents_list().prefetch_related("nodes", "assignees", alerts)
+
+    def list(self, request, *args, **kwargs):
+        queryset = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(queryset)
+        rows = page if page is not None else list(queryset)
+        context = {
+            **self.get_serializer_context(),
+            "impacts": selectors.incident_impacts_get(incidents=rows, now=timezone.now()),
+        }
+        data = self.get_serializer_class()(rows, many=True, context=context).data
+        return self.get_paginated_response(data) if page is not None else Response(data)
 
     def get_serializer_class(self):
         return IncidentDetailSerializer if self.action != "list" else IncidentSerializer
