@@ -9,12 +9,13 @@ from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from fleetops.roles import can_act
 from runs.models import WeeklyReport
 
 from . import report_charts, reports
@@ -49,6 +50,8 @@ def report_list(request):
 @login_required
 @require_POST
 def report_create(request):
+    if not can_act(request.user):
+        return HttpResponseForbidden("Viewers read reports; generating one needs the oncall or admin role.")
     form = WindowForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Give a window: two dates, the end after the start.")
