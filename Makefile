@@ -48,7 +48,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 worker: $(STAMP)
-	$(BIN)/celery -A fleetops worker --beat --loglevel=INFO
+	$(BIN)/celery -A fleetops worker --beat --loglevel=INFO \
+		-Q "$$($(BIN)/python -c 'import django, os; os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetops.settings"); django.setup(); from django.conf import settings; print(",".join(settings.FLEETOPS_QUEUES))')"
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache

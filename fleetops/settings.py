@@ -165,6 +165,22 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_QUEUE", default="fleetops")
+# One queue per kind of work, so a slow one (a report) never waits in line before an urgent one (a playbook).
+# Run a worker per queue, or one worker on all of them (`make worker`); see docs/DEPLOY.md.
+_Q = CELERY_TASK_DEFAULT_QUEUE
+CELERY_TASK_ROUTES = {
+    "runs.tasks.*": {"queue": f"{_Q}-ingest"},
+    "incidents.tasks.detect_*": {"queue": f"{_Q}-detection"},
+    "incidents.tasks.watch_*": {"queue": f"{_Q}-detection"},
+    "incidents.tasks.advance_playbook": {"queue": f"{_Q}-playbooks"},
+    "incidents.tasks.resume_playbooks": {"queue": f"{_Q}-playbooks"},
+    "incidents.tasks.deliver_notification": {"queue": f"{_Q}-notifications"},
+    "incidents.tasks.resume_deliveries": {"queue": f"{_Q}-notifications"},
+    "incidents.report_tasks.*": {"queue": f"{_Q}-reports"},
+}
+# autodiscover_tasks finds <app>.tasks only: the report task lives beside it and must be named to be registered.
+CELERY_IMPORTS = ["incidents.report_tasks"]
+FLEETOPS_QUEUES = [_Q, *sorted({route["queue"] for route in CELERY_TASK_ROUTES.values()})]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     # Safety net: applies events whose task was lost (broker restart, worker killed before ack).

@@ -26,7 +26,7 @@ def postgres():
 class Worker:
     """A real `celery worker` process on Redis, pointed at the test database; its output kept in `lines`."""
 
-    def __init__(self, **settings_env: str):
+    def __init__(self, queues: str = "", **settings_env: str):
         db = connection.settings_dict
         env = {
             **os.environ,
@@ -48,7 +48,7 @@ class Worker:
             "--without-heartbeat",
             "--loglevel=INFO",
             "-Q",
-            settings.CELERY_TASK_DEFAULT_QUEUE,
+            queues or ",".join(settings.FLEETOPS_QUEUES),
         ]
         self.process = subprocess.Popen(
             command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -82,7 +82,9 @@ def broker(postgres):
     """Redis reachable, the queue empty, and tasks sent to it rather than run in-process."""
     redis_url = os.environ.get("REDIS_URL", "")
     require(bool(redis_url) and reachable(redis_url, 6379), "Redis (REDIS_URL)")
-    celery_app.control.purge()
+    with celery_app.connection_for_write() as connection_:
+        for queue in settings.FLEETOPS_QUEUES:  # leftovers from an earlier test would meet another database
+            connection_.default_channel.queue_purge(queue)
     celery_app.conf.task_always_eager = False
     try:
         yield

@@ -1,0 +1,102 @@
+"""Work is split into queues so a report cannot delay a playbook (issue 8, scaling out)."""
+
+import time
+
+import pytest
+from django.conf import settings
+
+from fleetops.celery import app as celery_app
+
+Q = settings.CELERY_TASK_DEFAULT_QUEUE
+
+
+@pytest.mark.parametrize(
+    ("task", "queue"),
+    [
+        ("runs.tasks.apply_events", f"{Q}-ingest"),
+        ("runs.tasks.apply_pending_events", f"{Q}-ingest"),
+        ("incidents.tasks.detect_events", f"{Q}-detection"),
+        ("incidents.tasks.watch_hangs", f"{Q}-detection"),
+        ("incidents.tasks.advance_playbook", f"{Q}-playbooks"),
+        ("incidents.tasks.resume_playbooks", f"{Q}-playbooks"),
+        ("incidents.tasks.deliver_notification", f"{Q}-notifications"),
+        ("incidents.report_tasks.generate_weekly_report", f"{Q}-reports"),
+    ],
+)
+def test_each_kind_of_work_has_its_own_queue(task, queue):
+    assert celery_app.amqp.router.route({}, task)["queue"].name == queue
+
+
+def test_every_task_is_routed_to_a_queue_a_worker_consumes():
+    celery_app.loader.import_default_modules()
+    ours = [name for name in celery_app.tasks if name.startswith(("runs.", "incidents."))]
+    assert ours
+    for name in ours:
+        assert celery_app.amqp.router.route({}, name)["queue"].name in settings.FLEETOPS_QUEUES, name
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_a_waiting_report_does_not_hold_up_a_playbook(broker, post_applied):
+    """A worker on the playbooks queue finishes a playbook while a report waits, unconsumed, in its own queue."""
+    from incidents import services
+    from incidents.models import PlaybookExecution
+    from incidents.playbooks import playbook_start
+    from incidents.report_tasks import generate_weekly_report
+    from runs.models import Node, Run, WeeklyReport
+    from tests.services import Worker
+
+    run, node = post_applied()
+    generate_weekly_report.delay()  # queued first: with one shared queue it would be served first
+    worker = Worker(queues=f"{Q}-playbooks", PLAYBOOK_MAX_OUT_SHARE="0.9")
+    try:
+        execution = playbook_start(
+            playbook="drain-and-replace", actor=services.FLEETOPS, node=node, run=run, incident=None
+        )
+        from incidents.models import StepExecution
+
+        StepExecution.objects.filter(execution=execution).update(approver_role="")  # no person in this test
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            execution.refresh_from_db()
+            if execution.status not in PlaybookExecution.ACTIVE:
+                break
+            time.sleep(0.2)
+        assert execution.status == "succeeded", execution.error + "".join(worker.lines[-30:])
+        assert not WeeklyReport.objects.exists()  # still waiting in the reports queue
+        assert Node.objects.get(hostname="n2").state == "in_repair" and Run.objects.get(name="r1")
+    finally:
+        worker.stop()
+    reporter = Worker(queues=f"{Q}-reports")
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not WeeklyReport.objects.exists():
+            time.sleep(0.2)
+        assert WeeklyReport.objects.count() == 1, "".join(reporter.lines[-40:])
+    finally:
+        reporter.stop()
+
+
+@pytest.fixture
+def post_applied(writer):
+    """The failure story with a hot spare, applied in this process (no ingest worker runs in this test)."""
+
+    def load():
+        import json
+
+        from runs.models import Event, Node, Run
+        from runs.services import events_apply
+        from tests.incidents.test_detection_flow import story_until_failure
+        from tests.runs.scenario import at, event
+
+        spare = event("node.state", at(1), "spare", node="s1", state="hot_spare", reason="ok", cluster="c1")
+        response = writer.post(
+            "/api/v1/events",
+            json.dumps([spare, *story_until_failure()]),
+            content_type="application/cloudevents-batch+json",
+        )
+        assert response.status_code == 202
+        events_apply(event_ids=list(Event.objects.values_list("pk", flat=True)))
+        return Run.objects.get(name="r1"), Node.objects.get(hostname="n2")
+
+    return load
