@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 from .xid import RECOVERY_ACTIONS, Action, XidFault, recovery_action_info, recovery_action_label
 
@@ -216,6 +217,31 @@ def node_state(*, node: str, state: str, reason: str) -> Finding | None:
 # -- GPU readings ------------------------------------------------------------------------------------------
 
 
+def _gpu_finding(
+    kind: str,
+    node: str,
+    gpu: int,
+    name: str,
+    severity: str,
+    summary: str,
+    explanation: str,
+    action: Action,
+    **evidence,
+) -> Finding:
+    """A finding about one GPU, fingerprinted <kind>:<node>:<gpu>:<name> so each condition folds on its own."""
+    return Finding(
+        kind=kind,
+        fingerprint=f"{kind}:{node}:{gpu}:{name}",
+        severity=severity,
+        summary=f"{node} GPU {gpu}: {summary}",
+        explanation=explanation,
+        node=node,
+        gpu=gpu,
+        evidence=evidence,
+        action=action,
+    )
+
+
 def gpu_ecc(
     *,
     node: str,
@@ -232,19 +258,7 @@ def gpu_ecc(
     Retired pages count once they reach retired_pages_threshold (at or over it).
     """
     where = f"{node} GPU {gpu}"
-
-    def finding(name: str, severity: str, summary: str, explanation: str, action: Action, **evidence) -> Finding:
-        return Finding(
-            kind="ecc",
-            fingerprint=f"ecc:{node}:{gpu}:{name}",
-            severity=severity,
-            summary=f"{where}: {summary}",
-            explanation=explanation,
-            node=node,
-            gpu=gpu,
-            evidence=evidence,
-            action=action,
-        )
+    finding = partial(_gpu_finding, "ecc", node, gpu)
 
     findings = []
     if uncorrected_delta > 0:
@@ -321,19 +335,7 @@ def gpu_health(
     Heat counts at or above slowdown_c; nvlink_errors_delta is the rise of the counter since the last reading.
     """
     where = f"{node} GPU {gpu}"
-
-    def finding(name: str, severity: str, summary: str, explanation: str, action: Action, **evidence) -> Finding:
-        return Finding(
-            kind="gpu_health",
-            fingerprint=f"gpu_health:{node}:{gpu}:{name}",
-            severity=severity,
-            summary=f"{where}: {summary}",
-            explanation=explanation,
-            node=node,
-            gpu=gpu,
-            evidence=evidence,
-            action=action,
-        )
+    finding = partial(_gpu_finding, "gpu_health", node, gpu)
 
     findings = []
     if recovery_action != 0:

@@ -105,3 +105,34 @@ def slurm_cluster():
         left = [pid for pid in pids if _alive(pid)]
         assert not left, f"Slurm daemons still running after stop.sh: {left}"
         shutil.rmtree(root, ignore_errors=True)
+
+
+def start_training_job(slurm_cluster: SlurmCluster, slurm):
+    """A requeueable two-node job in the main partition, once it runs: (job id, its JobStatus)."""
+    job_id = (
+        slurm_cluster.run(
+            "sbatch",
+            "--parsable",
+            "--output=/dev/null",
+            "--chdir=/tmp",
+            "--partition=gpu",
+            "--nodes=2",
+            "--requeue",
+            "--wrap=sleep 300",
+        )
+        .strip()
+        .split(";")[0]
+    )
+    job = wait_for(lambda: (j := slurm.job_status(job_id)).state == "running" and j, timeout=15, what="job running")
+    return job_id, job
+
+
+def put_back(slurm_cluster: SlurmCluster, slurm, *, job_id: str, bad: str | None, spare: str | None) -> None:
+    """Undo what a drain-and-replace did, so the next test finds the cluster as it started."""
+    slurm_cluster.run("scancel", job_id)
+    if spare:
+        slurm.ensure_in_pool(spare, "spare")
+    if bad:
+        slurm.ensure_in_pool(bad, "main")
+        slurm.ensure_resumed(bad)
+        wait_for(lambda: slurm.node_status(bad).raw_state == "IDLE", timeout=20, what=f"{bad} idle")

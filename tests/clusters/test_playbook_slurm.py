@@ -8,7 +8,7 @@ import pytest
 from incidents.clusters.slurm import SlurmAdapter, SlurmConfig
 from incidents.models import Incident, PlaybookExecution
 from runs.models import Cluster
-from tests.clusters.conftest import wait_for
+from tests.clusters.conftest import put_back, start_training_job
 from tests.runs.scenario import event
 
 BATCH = "application/cloudevents-batch+json"
@@ -30,23 +30,9 @@ def test_an_xid_79_drains_the_node_and_the_job_runs_again_on_a_spare(
 ):
     settings.PLAYBOOK_MAX_OUT_SHARE = 0.5  # a six-node test cluster: one node out is a sixth of it
     Cluster.objects.create(name="loopback", scheduler="slurm", api_url=slurm_cluster.conf)
-    job_id = (
-        slurm_cluster.run(
-            "sbatch",
-            "--parsable",
-            "--output=/dev/null",
-            "--chdir=/tmp",
-            "--partition=gpu",
-            "--nodes=2",
-            "--requeue",
-            "--wrap=sleep 300",
-        )
-        .strip()
-        .split(";")[0]
-    )
+    job_id, job = start_training_job(slurm_cluster, slurm)
     bad = spare = None
     try:
-        job = wait_for(lambda: (j := slurm.job_status(job_id)).state == "running" and j, timeout=15, what="job")
         bad = job.nodes[0]
         started = event(
             "run.started", ts_now(-60), "start", run="llm", cluster="loopback", gpus=16, nodes=job.nodes, job_id=job_id
@@ -87,10 +73,4 @@ def test_an_xid_79_drains_the_node_and_the_job_runs_again_on_a_spare(
         assert all(seconds is not None for seconds in minutes.values())
         assert incident.timeline.filter(text__contains="running again on").exists()
     finally:
-        slurm_cluster.run("scancel", job_id)
-        if spare:
-            slurm.ensure_in_pool(spare, "spare")
-        if bad:
-            slurm.ensure_in_pool(bad, "main")
-            slurm.ensure_resumed(bad)
-            wait_for(lambda: slurm.node_status(bad).raw_state == "IDLE", timeout=20, what=f"{bad} idle")
+        put_back(slurm_cluster, slurm, job_id=job_id, bad=bad, spare=spare)

@@ -13,7 +13,7 @@ from incidents.clusters.slurm import SlurmAdapter, SlurmConfig
 from incidents.models import PlaybookExecution, StepExecution
 from incidents.playbooks import playbooks_resume_stale
 from runs.models import Cluster
-from tests.clusters.conftest import wait_for
+from tests.clusters.conftest import put_back, start_training_job, wait_for
 from tests.runs.scenario import event
 from tests.services import Worker
 
@@ -24,24 +24,10 @@ BATCH = "application/cloudevents-batch+json"
 def test_a_killed_worker_leaves_the_playbook_to_the_next_without_repeating_a_side_effect(writer, broker, slurm_cluster):
     slurm = SlurmAdapter(SlurmConfig(slurm_conf=slurm_cluster.conf, timeout_s=20))
     Cluster.objects.create(name="loopback", scheduler="slurm", api_url=slurm_cluster.conf)
-    job_id = (
-        slurm_cluster.run(
-            "sbatch",
-            "--parsable",
-            "--output=/dev/null",
-            "--chdir=/tmp",
-            "--partition=gpu",
-            "--nodes=2",
-            "--requeue",
-            "--wrap=sleep 300",
-        )
-        .strip()
-        .split(";")[0]
-    )
+    job_id, job = start_training_job(slurm_cluster, slurm)
     first = Worker(PLAYBOOK_MAX_OUT_SHARE="0.5")  # a six-node test cluster
     second = bad = spare = None
     try:
-        job = wait_for(lambda: (j := slurm.job_status(job_id)).state == "running" and j, timeout=15, what="job")
         bad, now = job.nodes[0], datetime.now(UTC)
         events = [
             event(
@@ -103,10 +89,4 @@ def test_a_killed_worker_leaves_the_playbook_to_the_next_without_repeating_a_sid
         for process in (first, second):
             if process is not None and process.process.poll() is None:
                 process.stop()
-        slurm_cluster.run("scancel", job_id)
-        if spare:
-            slurm.ensure_in_pool(spare, "spare")
-        if bad:
-            slurm.ensure_in_pool(bad, "main")
-            slurm.ensure_resumed(bad)
-            wait_for(lambda: slurm.node_status(bad).raw_state == "IDLE", timeout=20, what=f"{bad} idle")
+        put_back(slurm_cluster, slurm, job_id=job_id, bad=bad, spare=spare)
