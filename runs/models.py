@@ -235,6 +235,10 @@ class Event(models.Model):
     # Claimed by the detectors (incidents.detection) once they have looked at it: each event counts once.
     detected_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
+    # Set when the sender's time is far from ours (settings.EVENTS_CLOCK_SKEW_FLAG_S): accepted, but flagged.
+    skew_s = models.FloatField(
+        null=True, blank=True, help_text="Seconds the event's time is ahead of (+) or behind (-) its receipt."
+    )
 
     class Meta:
         ordering = ["time", "id"]
@@ -268,6 +272,7 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Refused from then on; empty: never.")
 
     class Meta:
         ordering = ["name"]
