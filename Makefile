@@ -6,15 +6,19 @@ STAMP := $(VENV)/.installed-stamp
 BENCH_STAMP := $(VENV)/.bench-stamp
 # The benchmarks' own database unless DATABASE_URL names another (docs/PERFORMANCE.md).
 BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/fleetops_bench
+# The pipeline benchmarks' broker unless REDIS_URL names another: they purge its FleetOps queues.
+BENCH_REDIS_URL ?= redis://127.0.0.1:6379/14
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test bench lint migrate worker clean
+.PHONY: install run test bench lint migrate worker clean reliability-doc lock audit
 
-$(STAMP): pyproject.toml
+# Installs exactly the versions in requirements.lock (`make lock` writes it; `make audit` checks it).
+$(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip 2>&1 | grep -v "is ignored" || true
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]" 2>&1 | grep -v "is ignored" || true
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e ".[dev]" 2>&1 \
+		| grep -v "is ignored" || true
 	$(BIN)/python -c "import django, celery, rest_framework, psycopg, pytest_django"
 	touch $(STAMP)
 
@@ -41,8 +45,29 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 # Figures, not tests: see docs/PERFORMANCE.md. The first run loads the 54-day simulated run (minutes); later runs keep it.
 bench: $(BENCH_STAMP)
-	DATABASE_URL="$${DATABASE_URL:-$(BENCH_DATABASE_URL)}" \
+	DATABASE_URL="$${DATABASE_URL:-$(BENCH_DATABASE_URL)}" REDIS_URL="$${REDIS_URL:-$(BENCH_REDIS_URL)}" \
 		$(BIN)/python -m pytest tests/benchmarks -q -s -p no:cacheprovider --override-ini="addopts="
+
+# docs/RELIABILITY.md's table, from the tests' @pytest.mark.reliability marks (tests/test_reliability_doc.py checks it).
+reliability-doc: $(STAMP)
+	$(BIN)/python -m tests.test_reliability_doc --write
+
+# requirements.lock: the exact versions pip resolves for `.[dev]` (production and test dependencies), written from
+# pip's own resolver report, so it is what a fresh `make install` gets. Run after changing pyproject.toml.
+lock: $(STAMP)
+	$(BIN)/python -m pip install --dry-run --ignore-installed --quiet --disable-pip-version-check \
+		--report $(VENV)/lock-report.json -e ".[dev]" 2>&1 | grep -v "is ignored" || true
+	$(BIN)/python -c 'import json, sys; r = json.load(open(sys.argv[1])); \
+		rows = sorted((i["metadata"]["name"].lower().replace("_", "-"), i["metadata"]["version"]) \
+		for i in r["install"] if not i.get("is_direct")); \
+		print("# make lock: what pip resolves for .[dev]; make audit checks it for known vulnerabilities"); \
+		print("\n".join(f"{n}=={v}" for n, v in rows))' $(VENV)/lock-report.json > requirements.lock
+
+# Known vulnerabilities in requirements.lock (PyPI's advisory data; AUDIT_OSV_URL=<an OSV mirror>/v1/query to use
+# OSV). --strict: a package that could not be checked fails too, never a silent pass.
+audit: $(STAMP)
+	$(BIN)/pip-audit -r requirements.lock --no-deps --disable-pip --strict --progress-spinner off \
+		$${AUDIT_OSV_URL:+--vulnerability-service osv --osv-url $$AUDIT_OSV_URL}
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -9,7 +9,8 @@ stored. It stays close to json.loads' speed: the checks ride on the decoder's ow
 import json
 from typing import Any
 
-from rest_framework import parsers
+from django.conf import settings
+from rest_framework import exceptions, parsers, status
 from rest_framework.exceptions import ParseError
 
 MAX_DEPTH = 32  # arrays and objects inside one another; an event body needs 4
@@ -47,18 +48,14 @@ def _constant(name: str):
 
 def _depth(value: Any) -> int:
     """How deeply arrays and objects nest in `value` (a scalar is 0); stops counting past MAX_DEPTH."""
-    deepest, level, todo = 0, 1, [value]
-    while todo and deepest <= MAX_DEPTH:
+    level, todo = 0, [value] if type(value) in (dict, list) else []
+    while todo and level <= MAX_DEPTH:
+        level += 1
         children = []
         for item in todo:
-            if isinstance(item, dict):
-                children.extend(v for v in item.values() if isinstance(v, dict | list))
-            elif isinstance(item, list):
-                children.extend(v for v in item if isinstance(v, dict | list))
-        if any(isinstance(item, dict | list) for item in todo):
-            deepest = level
-        todo, level = children, level + 1
-    return deepest
+            children.extend([v for v in (item.values() if type(item) is dict else item) if type(v) in (dict, list)])
+        todo = children
+    return level
 
 
 def loads(body: bytes | str) -> Any:
@@ -82,34 +79,53 @@ def loads(body: bytes | str) -> Any:
         raise JSONError(f"the body is not valid JSON: {exc}") from None
     if _depth(value) > MAX_DEPTH:
         raise JSONError(f"arrays and objects nest more than {MAX_DEPTH} deep")
-    if "\\u" in text and _has_lone_surrogate(value):
-        raise JSONError("a string holds a lone UTF-16 surrogate (\\ud800-\\udfff), which is not a character")
+    if "\\u" in text and (reason := _unstorable_string(value)):
+        raise JSONError(reason)
     return value
 
 
-def _has_lone_surrogate(value: Any) -> bool:
-    """Escapes like "\\ud800" decode to strings that no UTF-8 store can hold; valid pairs decode to one char."""
+def _unstorable_string(value: Any) -> str:
+    """Why a string in `value` cannot be stored, or "". Both need an escape in JSON, hence the caller's test:
+    "\\ud800" decodes to a lone surrogate that no UTF-8 store can hold (a valid pair decodes to one character),
+    and "\\u0000" to NUL, which PostgreSQL refuses in text and jsonb."""
     todo = [value]
     while todo:
         item = todo.pop()
         if isinstance(item, str):
+            if "\x00" in item:
+                return "a string holds the NUL character (\\u0000), which PostgreSQL cannot store"
             try:
                 item.encode("utf-8")
             except UnicodeEncodeError:
-                return True
+                return "a string holds a lone UTF-16 surrogate (\\ud800-\\udfff), which is not a character"
         elif isinstance(item, dict):
             todo.extend(item)
             todo.extend(item.values())
         elif isinstance(item, list):
             todo.extend(item)
-    return False
+    return ""
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "Request body too large."
 
 
 class StrictJSONParser(parsers.JSONParser):
-    """DRF's JSON parser on `loads`: a refused body is a 400 that says why."""
+    """DRF's JSON parser on `loads`: a refused body is a 400 that says why, one over the limit a 413.
+
+    DRF reads the request stream itself, around Django's DATA_UPLOAD_MAX_MEMORY_SIZE check (which guards only
+    `request.body`), so the limit is enforced here; a view with a smaller limit uses a subclass.
+    """
+
+    limit_setting = "DATA_UPLOAD_MAX_MEMORY_SIZE"  # the setting that holds the limit, read per request
 
     def parse(self, stream, media_type=None, parser_context=None):
+        limit = getattr(settings, self.limit_setting)
+        body = stream.read(limit + 1) if stream is not None else b""
+        if len(body) > limit:
+            raise PayloadTooLarge(f"Request body is over the limit of {limit} bytes.")
         try:
-            return loads(stream.read() if stream is not None else b"")
+            return loads(body)
         except JSONError as exc:
             raise ParseError(f"JSON parse error: {exc.reason}") from None

@@ -4,11 +4,13 @@ One module for every environment: development defaults are safe only because DEB
 locally and production must turn it off and then supply SECRET_KEY and ALLOWED_HOSTS itself.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
 import plotly
 from celery.schedules import crontab
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -40,12 +42,17 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "template_partials",
+    "axes",
+    "csp",
     "runs",
     "incidents",
 ]
 
 MIDDLEWARE = [
+    "fleetops.middleware.DatabaseUnavailableMiddleware",  # database down: 503 + Retry-After, never 500
+    "fleetops.bodylimit.BodyLimitMiddleware",  # a body over DATA_UPLOAD_MAX_MEMORY_SIZE: 413 before anything reads it
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -54,6 +61,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a lockout into the lockout page
 ]
 
 ROOT_URLCONF = "fleetops.urls"
@@ -93,6 +101,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# django-axes first: it counts failed sign-ins and refuses a locked-out username+IP before the password is checked.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "overview"
 LOGOUT_REDIRECT_URL = "login"
@@ -120,7 +130,21 @@ STORAGES = {
 # Largest accepted body of POST /api/v1/events, in bytes; larger ones get 413 before parsing.
 EVENTS_MAX_BODY_BYTES = env.int("EVENTS_MAX_BODY_BYTES", default=5 * 1024 * 1024)
 EVENTS_MAX_BATCH = env.int("EVENTS_MAX_BATCH", default=10_000)
+# Clock skew: an event dated this far after its receipt is kept at its receipt time and flagged (Event.skew_s);
+# one dated this far before it is kept as sent (a late delivery, or a slow clock) and flagged.
+EVENTS_FUTURE_TOLERANCE_S = env.float("EVENTS_FUTURE_TOLERANCE_S", default=60.0)
+EVENTS_LATE_FLAG_S = env.float("EVENTS_LATE_FLAG_S", default=24 * 3600.0)
+# Retention (runs.retention): raw high-rate samples (rank step times and gradient norms, GPU health, heartbeats) older
+# than this many days are summed into EventRollup per series and UTC day, then deleted (EVENTS_PRUNE_BATCH a commit).
+EVENTS_RAW_RETENTION_DAYS = env.int("EVENTS_RAW_RETENTION_DAYS", default=14)
+if EVENTS_RAW_RETENTION_DAYS < 1:
+    raise ImproperlyConfigured("EVENTS_RAW_RETENTION_DAYS must be at least 1: the detectors read the last hours")
+EVENTS_PRUNE_BATCH = env.int("EVENTS_PRUNE_BATCH", default=10_000)
 DATA_UPLOAD_MAX_MEMORY_SIZE = EVENTS_MAX_BODY_BYTES
+# The Alertmanager and PagerDuty intakes (incidents/api/intake.py): largest body, in bytes (PagerDuty's own limit
+# is 512 KB an event), and most alerts in one Alertmanager webhook (set its webhook_config max_alerts to match).
+INTAKE_MAX_BODY_BYTES = env.int("INTAKE_MAX_BODY_BYTES", default=1024 * 1024)
+INTAKE_MAX_ALERTS = env.int("INTAKE_MAX_ALERTS", default=1_000)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -132,6 +156,8 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # Strict JSON only (fleetops/jsonparse.py): repeated keys, NaN, overflow, deep nesting, bad UTF-8 are 400s.
+    "DEFAULT_PARSER_CLASSES": ["fleetops.jsonparse.StrictJSONParser"],
     "EXCEPTION_HANDLER": "runs.api.base.exception_handler",
     "UNAUTHENTICATED_USER": None,
 }
@@ -144,6 +170,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # The error answers (401, 403, 400, 404, 413, 415) of every operation, declared in one place.
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "runs.api.schema.error_responses"],
     "ENUM_NAME_OVERRIDES": {
         "RunStateEnum": "runs.domain.lifecycle.RUN_STATES",
         "NodeStateEnum": "runs.domain.cloudevents.NODE_STATE_CHOICES",
@@ -177,6 +205,7 @@ CELERY_TASK_ROUTES = {
     "incidents.tasks.deliver_notification": {"queue": f"{_Q}-notifications"},
     "incidents.tasks.resume_deliveries": {"queue": f"{_Q}-notifications"},
     "incidents.report_tasks.*": {"queue": f"{_Q}-reports"},
+    "runs.tasks.prune_events": {"queue": f"{_Q}-reports"},  # slow background upkeep: never ahead of an apply
 }
 # autodiscover_tasks finds <app>.tasks only: the report task lives beside it and must be named to be registered.
 CELERY_IMPORTS = ["incidents.report_tasks"]
@@ -191,6 +220,7 @@ CELERY_BEAT_SCHEDULE = {
     "detect-stragglers": {"task": "incidents.tasks.detect_stragglers", "schedule": 300.0},
     "detect-sdc": {"task": "incidents.tasks.detect_sdc", "schedule": 300.0},
     "detect-lemons": {"task": "incidents.tasks.detect_lemons", "schedule": 3600.0},
+    "prune-events": {"task": "runs.tasks.prune_events", "schedule": crontab(minute=17)},  # hourly, off the hour
     "resume-playbooks": {"task": "incidents.tasks.resume_playbooks", "schedule": 30.0},
     "resume-deliveries": {"task": "incidents.tasks.resume_deliveries", "schedule": 60.0},
     # Every Monday 00:00 UTC, the week before.
@@ -200,18 +230,59 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-# --- Production hardening (check --deploy) ---
+# --- Security (docs/DEPLOY.md, "Production settings"; tests/security/) ---
+# Production is DEBUG off. Behind a TLS-terminating proxy (the default) the proxy must set X-Forwarded-Proto and
+# strip it from clients; BEHIND_TLS_PROXY=false when gunicorn itself faces the network.
 if not DEBUG:
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    if env.bool("BEHIND_TLS_PROXY", default=True):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
     SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000)
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
-    SECURE_HSTS_PRELOAD = True
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=True)
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+# Lax, not Strict: a link to an incident from a page or an e-mail must open signed in; cross-site POSTs still
+# carry no cookie.
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_HTTPONLY = True  # pages send the token from the template (hx-headers on <body>), never from the cookie
+# One on-call shift, counted from sign-in (not renewed by the board's polling).
+SESSION_COOKIE_AGE = env.int("SESSION_COOKIE_AGE", default=12 * 3600)
+
+# Content-Security-Policy (django-csp 4): scripts only from our own static files: no inline script, no inline
+# event handler, no eval (plotly.js and htmx need none). style-src needs 'unsafe-inline': plotly.js inserts <style>
+# elements as it draws, and so do htmx (its indicator style) and the Swagger UI page; without it Chromium reports
+# those as violations. tests/browser/test_csp.py finds none with this policy.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "frame-ancestors": ["'none'"],
+        "form-action": ["'self'"],
+    }
+}
+
+# Sign-in throttling (django-axes): this many failures for one username from one IP locks that pair out for the
+# cool-off, with a 429 page; a success resets the count. The IP is REMOTE_ADDR (never a client-sent header):
+# behind a proxy that is the proxy's, so the lockout is per username.
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 
 LOGGING = {
     "version": 1,
@@ -246,6 +317,13 @@ PLAYBOOK_AUTO_START = env.bool("PLAYBOOK_AUTO_START", default=True)
 # ... but only for faults this recent (seconds): late or backfilled events never drain a node.
 PLAYBOOK_AUTO_START_MAX_AGE_S = env.float("PLAYBOOK_AUTO_START_MAX_AGE_S", default=900.0)
 PLAYBOOK_MAX_OUT_SHARE = env.float("PLAYBOOK_MAX_OUT_SHARE", default=0.05)
+# A running step belongs to its worker while the execution's heartbeat is younger than this (seconds); after that
+# the worker is taken for dead and another may run the step again (resume_playbooks looks for the same age).
+PLAYBOOK_STEP_LEASE_S = env.float("PLAYBOOK_STEP_LEASE_S", default=60.0)
+# Seconds a Slurm client call (sinfo, scontrol, ...) may take; a slower one is a transient error, retried.
+SLURM_TIMEOUT_S = env.float("SLURM_TIMEOUT_S", default=30.0)
+# Seconds each change to the simulated cluster takes (tests widen race and kill windows with it; 0 in use).
+SIMULATED_CLUSTER_DELAY_S = env.float("SIMULATED_CLUSTER_DELAY_S", default=0.0)
 # What a GPU-hour costs, for the incident's cost per minute.
 GPU_HOUR_COST_USD = env.float("GPU_HOUR_COST_USD", default=2.5)
 

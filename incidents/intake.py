@@ -32,7 +32,10 @@ def _time(value: Any) -> datetime | None:
         raise ValueError("must be an RFC 3339 timestamp with a time zone, e.g. 2026-01-31T23:59:00Z")
     base, fraction, zone = match.groups()
     fraction = (fraction or "")[:7]  # Python takes at most microseconds
-    parsed = datetime.fromisoformat(f"{base}{fraction}{'+00:00' if zone in 'Zz' else zone}").astimezone(UTC)
+    try:
+        parsed = datetime.fromisoformat(f"{base}{fraction}{'+00:00' if zone in 'Zz' else zone}").astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+        raise ValueError("is outside the years 1 to 9999 in UTC") from None
     return None if parsed.year <= 1 else parsed
 
 
@@ -106,8 +109,11 @@ def _string_map(value: Any, where: str, problems: list[Problem], index: int) -> 
     return value
 
 
-def alertmanager_parse(body: Any) -> tuple[list[AmAlert], list[Problem]]:
-    """The alerts of a webhook body, or every problem found (index is the alert's place in `alerts`)."""
+def alertmanager_parse(body: Any, *, max_alerts: int | None = None) -> tuple[list[AmAlert], list[Problem]]:
+    """The alerts of a webhook body, or every problem found (index is the alert's place in `alerts`).
+
+    More than `max_alerts` alerts is refused whole (Alertmanager's webhook_config max_alerts truncates instead).
+    """
     if not isinstance(body, dict):
         return [], [Problem(0, "", "an Alertmanager webhook body must be a JSON object")]
     problems: list[Problem] = []
@@ -119,6 +125,9 @@ def alertmanager_parse(body: Any) -> tuple[list[AmAlert], list[Problem]]:
         return [], [*problems, Problem(0, "alerts", "is required")]
     if not isinstance(raws, list):
         return [], [*problems, Problem(0, "alerts", "must be a list")]
+    if max_alerts is not None and len(raws) > max_alerts:
+        reason = f"holds {len(raws)} alerts, over the limit of {max_alerts} (set max_alerts in the webhook_config)"
+        return [], [*problems, Problem(0, "alerts", reason)]
     common = body.get("commonLabels") if isinstance(body.get("commonLabels"), dict) else {}
     alerts: list[AmAlert] = []
     for index, raw in enumerate(raws):

@@ -101,8 +101,27 @@ class Alert(models.Model):
         return f"{self.fingerprint} x{self.count}"
 
 
+class AppendOnlyError(Exception):
+    """A write that would change or remove an audit record (TimelineEntry)."""
+
+
+class TimelineEntryQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise AppendOnlyError("Timeline entries are the audit log: they are never updated.")
+
+    def delete(self):
+        raise AppendOnlyError("Timeline entries are the audit log: they are never deleted.")
+
+    delete.queryset_only = True  # as Django's: no TimelineEntry.objects.delete()
+
+
 class TimelineEntry(models.Model):
-    """Append-only: every action and automatic step on an incident, who did it and when; also the audit log."""
+    """Append-only: every action and automatic step on an incident, who did it and when; also the audit log.
+
+    The application never changes or removes a row: save() of a stored row, delete() and the QuerySet's update()
+    and delete() raise AppendOnlyError, and on PostgreSQL a trigger refuses UPDATE and DELETE from any client
+    (migration 0006). Incidents and people who acted are therefore PROTECTed: deactivate a person, never delete.
+    """
 
     class Kind(models.TextChoices):
         OPENED = "opened"
@@ -121,13 +140,15 @@ class TimelineEntry(models.Model):
         PAGED = "paged"
         POSTMORTEM = "postmortem"
 
-    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="timeline")
+    incident = models.ForeignKey(Incident, on_delete=models.PROTECT, related_name="timeline")
     at = models.DateTimeField()
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT)
     actor_name = models.CharField(max_length=200, help_text="Who: a username, 'token:<name>' or 'FleetOps'.")
     kind = models.CharField(max_length=20, choices=Kind.choices)
     text = models.TextField()
     data = models.JSONField(default=dict, blank=True)
+
+    objects = TimelineEntryQuerySet.as_manager()
 
     class Meta:
         ordering = ["at", "id"]
@@ -135,6 +156,14 @@ class TimelineEntry(models.Model):
 
     def __str__(self):
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.kind}"
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise AppendOnlyError(f"Timeline entry {self.pk} is part of the audit log: it is never updated.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyError(f"Timeline entry {self.pk} is part of the audit log: it is never deleted.")
 
 
 # For the OpenAPI schema's enum names (settings.SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]).

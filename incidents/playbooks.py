@@ -11,7 +11,7 @@ import time
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from runs.models import Node, Run
@@ -104,6 +104,8 @@ def playbook_advance(*, execution_id: int) -> str:
             if step.approver_role and not step.approved_by:
                 _wait_for_approval(execution, step)
                 return execution.status
+            if step.status == StepExecution.Status.RUNNING and _leased(execution):
+                return "busy"  # its worker is alive and still on it; a second runner would repeat the step
             step.status, step.attempts = StepExecution.Status.RUNNING, step.attempts + 1
             step.started_at = step.started_at or timezone.now()
             step.save(update_fields=["status", "attempts", "started_at"])
@@ -125,7 +127,30 @@ def playbook_advance(*, execution_id: int) -> str:
         except (ClusterError, PlaybookError) as error:
             _step_failed(execution, step, str(error), refused=isinstance(error, RefusedError))
             return "failed"
+        except Exception:
+            _release(step)  # an unexpected error (the database gone): let the task's retry claim it at once
+            raise
         _step_succeeded(execution, step, output)
+
+
+def _leased(execution: PlaybookExecution) -> bool:
+    """The worker running the current step renewed the heartbeat within PLAYBOOK_STEP_LEASE_S seconds."""
+    lease = timedelta(seconds=settings.PLAYBOOK_STEP_LEASE_S)
+    return execution.heartbeat_at is not None and execution.heartbeat_at > timezone.now() - lease
+
+
+def _beat(execution: PlaybookExecution) -> None:
+    """Renew the lease on the step in hand, from a step that waits on the cluster for a while."""
+    PlaybookExecution.objects.filter(pk=execution.pk).update(heartbeat_at=timezone.now())
+
+
+def _release(step: StepExecution) -> None:
+    try:
+        StepExecution.objects.filter(pk=step.pk, status=StepExecution.Status.RUNNING).update(
+            status=StepExecution.Status.PENDING
+        )
+    except DatabaseError:
+        log.warning("playbook step %s: could not release it; the lease runs out instead", step.pk)
 
 
 def _describe(execution: PlaybookExecution, spec: dict) -> dict:
@@ -244,9 +269,14 @@ def playbook_abort(*, execution: PlaybookExecution, actor: services.Actor, reaso
     return execution
 
 
-def playbooks_resume_stale(*, older_than: timedelta = timedelta(seconds=60)) -> int:
-    """Executions whose worker stopped renewing the heartbeat (killed mid-step): queue them again."""
-    cutoff = timezone.now() - older_than
+def playbooks_resume_stale(*, older_than: timedelta | None = None) -> int:
+    """Executions whose worker stopped renewing the heartbeat (killed mid-step): queue them again.
+
+    `older_than` defaults to the step lease (PLAYBOOK_STEP_LEASE_S): a younger heartbeat is a live worker's.
+    """
+    cutoff = timezone.now() - (
+        older_than if older_than is not None else timedelta(seconds=settings.PLAYBOOK_STEP_LEASE_S)
+    )
     stale = list(
         PlaybookExecution.objects.filter(status=PlaybookExecution.Status.RUNNING, heartbeat_at__lt=cutoff).values_list(
             "pk", flat=True
@@ -340,6 +370,7 @@ def _wait_job_running(execution, step, spec) -> dict:
         if time.monotonic() > deadline:
             raise TransientError(f"job {job} is {status.state} on {status.nodes}: not running elsewhere yet")
         time.sleep(1)
+        _beat(execution)
     since = execution.started_at
     seconds = (timezone.now() - since).total_seconds()
     if execution.incident_id:
@@ -365,6 +396,7 @@ def _health_check(execution, step, spec) -> dict:
     deadline = time.monotonic() + 20
     while not result.done and time.monotonic() < deadline:
         time.sleep(1)
+        _beat(execution)
         result = adapter.health_check_result(node, check)
     if not result.done:
         raise TransientError(f"{check} on {node} is still {result.state}")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -116,8 +116,11 @@ def finding_record(*, finding: Finding, at: datetime, count: int = 1, recommende
 def _incident_for(*, finding: Finding, node: Node | None, run: Run | None, at: datetime) -> Incident:
     """The open incident this finding belongs to, opened if there is none."""
     run = run or (_run_on(node, at) if node else None)
+    _lock_grouping()
     key = _group_key(node=node, run=run, at=at)
     incident = Incident.objects.select_for_update().filter(group_key=key, status__in=Incident.OPEN).first()
+    if incident is None and run is not None and node is not None:
+        incident = _adopt_unattributed(node=node, run=run, at=at)
     if incident is not None:
         if incident.started_at > at:
             incident.started_at = at
@@ -132,6 +135,39 @@ def _incident_for(*, finding: Finding, node: Node | None, run: Run | None, at: d
         return Incident.objects.select_for_update().get(group_key=key, status__in=Incident.OPEN)
     _entry(incident, kind="opened", text=f"Opened by the {finding.kind} detector: {finding.summary}")
     return incident
+
+
+def _adopt_unattributed(*, node: Node, run: Run, at: datetime) -> Incident | None:
+    """An open incident on this node, from within the window, that no run was known for when it opened: its fault
+    is this run's. Workers apply batches in parallel, so a node's Xid can be detected before the run.started that
+    put the node in the run is applied; without this the run's own findings would open a second incident."""
+    window = timedelta(seconds=settings.INCIDENT_GROUP_WINDOW_S)
+    incident = (
+        Incident.objects.select_for_update()
+        .filter(run__isnull=True, status__in=Incident.OPEN, nodes=node)
+        .filter(started_at__gte=at - window, started_at__lte=at + window)
+        .order_by("-started_at")
+        .first()
+    )
+    if incident is not None:
+        incident.run = run
+        incident.save(update_fields=["run"])
+        incident.alerts.filter(run__isnull=True).update(run=run)
+        _entry(incident, kind="note", at=at, text=f"Attributed to run {run.name}: {node.hostname} was in it.")
+    return incident
+
+
+def _lock_grouping() -> None:
+    """Held to the end of the transaction: one worker at a time decides which incident a new alert joins.
+
+    Two workers grouping findings of one fault at once (a run.failed and the Xids of its fault, detected from two
+    batches) would each find no open incident and each open one, under keys that differ by the time of each finding
+    or by whether the run was known yet, which the one-open-incident-per-key constraint cannot catch: the second
+    waits here until the first commits, then finds its incident. Only a new alert comes here (a repeat counts into
+    its firing alert first), so one lock for the fleet costs nothing. SQLite has one writer at a time anyway."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ["fleetops:incident-grouping"])
 
 
 def _run_on(node: Node, at: datetime) -> Run | None:

@@ -1,5 +1,9 @@
-from django.contrib import admin, messages
+from datetime import timedelta
 
+from django.contrib import admin, messages
+from django.utils import timezone
+
+from .management.commands import create_api_token
 from .models import GPU, ApiToken, Attempt, Checkpoint, Cluster, Event, Interruption, Node, Run
 
 
@@ -71,12 +75,25 @@ class EventAdmin(admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ["name", "hint", "scopes", "created_at", "last_used_at", "revoked_at"]
-    readonly_fields = ["hint", "created_at", "last_used_at"]
-    fields = ["name", "scopes", "hint", "created_at", "last_used_at", "revoked_at"]
+    list_display = ["name", "hint", "scopes", "created_at", "last_used_at", "expires_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter), ("expires_at", admin.EmptyFieldListFilter)]
+    readonly_fields = ["hint", "created_at", "last_used_at", "revoked_at"]
+    fields = ["name", "scopes", "hint", "created_at", "last_used_at", "expires_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def get_changeform_initial_data(self, request):
+        # The same default lifetime as `manage.py create_api_token`; clearing the field is the explicit "never".
+        days = create_api_token.DEFAULT_EXPIRES_IN_DAYS
+        return {**super().get_changeform_initial_data(request), "expires_at": timezone.now() + timedelta(days=days)}
 
     def save_model(self, request, obj, form, change):
         if not change:
             token = obj.set_new_token()
             messages.warning(request, f"API token for {obj.name} (shown once, copy it now): {token}")
         super().save_model(request, obj, form, change)
+
+    @admin.action(description="Revoke the selected tokens (refused from now on)")
+    def revoke(self, request, queryset):
+        # Only tokens still live: an earlier revocation keeps its time.
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"{count} token{'s' if count != 1 else ''} revoked.", messages.SUCCESS)

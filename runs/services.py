@@ -5,15 +5,19 @@ queues `runs.tasks.apply_events` on commit; the task calls `events_apply`, which
 folds each into the record. Every applier is safe to run twice and in any order.
 """
 
+import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+import psycopg
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Case, DateTimeField, F, Q, Value, When
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
-from .domain import lifecycle
+from .domain import cloudevents, lifecycle
 from .domain.cloudevents import CloudEvent, parse_time
 from .models import GPU, Attempt, Checkpoint, Cluster, Event, Interruption, Node, Run
 
@@ -29,49 +33,129 @@ class IngestResult:
     event_ids: list[int]
 
 
-def events_ingest(*, events: list[CloudEvent]) -> IngestResult:
-    """Store new events durably and queue their application; repeats of stored events are skipped."""
+def events_ingest(*, events: list[CloudEvent], backfill: bool = False) -> IngestResult:
+    """Store new events durably and queue their application; repeats of stored events are skipped.
+
+    One transaction, all or nothing. On PostgreSQL the batch is one INSERT ... SELECT FROM unnest(...) ON CONFLICT
+    DO NOTHING: no ORM object per event, no read before the write, and a concurrent request storing the same event
+    first simply makes it a duplicate here. A `backfill` (a loaded history) is late by design: not flagged as late.
+    """
+    received_at = timezone.now()
+    rows = [_event_row(e, received_at, flag_late=not backfill) for e in events]
     with transaction.atomic():
-        stored = set(Event.objects.filter(event_id__in={e.id for e in events}).values_list("source", "event_id"))
-        new = [e for e in events if (e.source, e.id) not in stored]
-        duplicates = [e for e in events if (e.source, e.id) in stored]
-        rows = [_event_row(e) for e in new]
-        try:
-            with transaction.atomic():
-                created = Event.objects.bulk_create(rows, batch_size=1000)
-        except IntegrityError:
-            # A concurrent request stored some of these first: fall back to one insert each.
-            created = []
-            for event, row in zip(new, rows, strict=True):
-                try:
-                    with transaction.atomic():
-                        row.save(force_insert=True)
-                    created.append(row)
-                except IntegrityError:
-                    duplicates.append(event)
-            new = [e for e in new if e not in duplicates]
-        event_ids = [row.pk for row in created]
-        if event_ids:
-            from .tasks import apply_events  # tasks import services: import here to keep the arrow one way
-
-            for start in range(0, len(event_ids), APPLY_CHUNK):
-                chunk = event_ids[start : start + APPLY_CHUNK]
-                transaction.on_commit(lambda chunk=chunk: apply_events.delay(chunk))
-    return IngestResult(accepted=new, duplicates=duplicates, event_ids=event_ids)
+        if connection.vendor == "postgresql":
+            stored = _insert_postgresql(rows)
+        else:
+            stored = _insert_orm(rows)
+        _enqueue_apply(sorted(stored.values()))
+    accepted = [e for e in events if (e.source, e.id) in stored]
+    duplicates = [e for e in events if (e.source, e.id) not in stored]
+    return IngestResult(accepted=accepted, duplicates=duplicates, event_ids=[stored[e.source, e.id] for e in accepted])
 
 
-def _event_row(event: CloudEvent) -> Event:
+# The Event columns the intake writes, in the order of `_event_row`'s tuples.
+_INTAKE_COLUMNS = (
+    "source",
+    "event_id",
+    "type",
+    "subject",
+    "time",
+    "received_at",
+    "data",
+    "run_name",
+    "node_name",
+    "skew_s",
+)
+
+
+def _event_row(event: CloudEvent, received_at: datetime, *, flag_late: bool = True) -> tuple:
+    """The stored row of an event. A time ahead of receipt cannot be true: the sender's clock is fast, so the event
+    (and the timestamps in its data) are moved back to the receipt, and skew_s keeps by how much. A time far behind
+    may be a late delivery (a spool emptied after an outage) or a slow clock: kept as sent, and flagged in skew_s."""
+    skew_s = (event.time - received_at).total_seconds()
+    if skew_s > settings.EVENTS_FUTURE_TOLERANCE_S:
+        event = cloudevents.shifted(event, received_at - event.time)
+    elif skew_s > -settings.EVENTS_LATE_FLAG_S or not flag_late:
+        skew_s = None
     data = event.data
-    return Event(
-        source=event.source,
-        event_id=event.id,
-        type=event.type,
-        subject=event.subject,
-        time=event.time,
-        data=data,
-        run_name=data.get("run", ""),
-        node_name=data.get("node", ""),
+    return (
+        event.source,
+        event.id,
+        event.type,
+        event.subject,
+        event.time,
+        received_at,
+        data,
+        _name_of(data.get("run")),
+        _name_of(data.get("node")),
+        skew_s,
     )
+
+
+def _name_of(value) -> str:
+    """The run or node an event names, for the indexed columns; types that do not check the field may carry anything."""
+    return value if isinstance(value, str) and len(value) <= 200 else ""
+
+
+def _insert_postgresql(rows: list[tuple]) -> dict[tuple[str, str], int]:
+    """Insert the rows in one statement; returns {(source, id): pk} of those that were new.
+
+    The batch travels as one JSON array that PostgreSQL unpacks (json_to_recordset): one json.dumps in C, where
+    binding a parameter a value, or Django's client-side quoting of 10,000 values, costs more than the insert itself.
+    """
+    keys = ("s", "i", "t", "u", "w", None, "d", "r", "n", "k")  # _INTAKE_COLUMNS, received_at (None) bound once
+    batch = json.dumps(
+        [{key: value for key, value in zip(keys, row, strict=True) if key} for row in rows],
+        ensure_ascii=False,
+        allow_nan=False,
+        default=datetime.isoformat,  # the event's time
+    )
+    statement = f"""
+        INSERT INTO {Event._meta.db_table}
+            (source, event_id, type, subject, time, received_at, data, run_name, node_name, skew_s, error)
+        SELECT s, i, t, u, w, %s, d, r, n, k, ''
+        FROM json_to_recordset(%s::json)
+            AS batch(s text, i text, t text, u text, w timestamptz, d jsonb, r text, n text, k float8)
+        ON CONFLICT (source, event_id) DO NOTHING
+        RETURNING source, event_id, id
+    """
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(statement, [rows[0][5] if rows else timezone.now(), batch])
+        return {(source, event_id): pk for source, event_id, pk in cursor.fetchall()}
+
+
+def _insert_orm(rows: list[tuple]) -> dict[tuple[str, str], int]:
+    """The embedded default (SQLite, one writer at a time): skip what is stored, insert the rest in bulk."""
+    keys = {(row[0], row[1]) for row in rows}
+    known = set(
+        Event.objects.filter(event_id__in={event_id for _source, event_id in keys}).values_list("source", "event_id")
+    )
+    new = [Event(**dict(zip(_INTAKE_COLUMNS, row, strict=True))) for row in rows if (row[0], row[1]) not in known]
+    try:
+        with transaction.atomic():
+            Event.objects.bulk_create(new, batch_size=500)
+    except IntegrityError:  # a concurrent request stored some of these first: one insert each
+        for event in new:
+            event.pk = None  # the rolled-back bulk insert may have numbered it
+            try:
+                with transaction.atomic():
+                    event.save(force_insert=True)
+            except IntegrityError:
+                event.pk = None
+    return {(event.source, event.event_id): event.pk for event in new if event.pk is not None}
+
+
+def _enqueue_apply(event_ids: list[int]) -> None:
+    """Queue the application of stored events once they are committed. A broker that is down loses only the
+    message, never the event: the sweeper (runs.tasks.apply_pending_events) applies what was not applied."""
+    from .tasks import apply_events  # tasks import services: import here to keep the arrow one way
+
+    # One task for the whole batch (events_apply takes it APPLY_CHUNK events a transaction): a batch comes from one
+    # sender, mostly one run, and a run's chunks serialize on its row lock anyway. A task per chunk had a second
+    # worker take the batch's next chunk and wait on the first's lock instead of applying another run's batch.
+    if event_ids:
+        transaction.on_commit(lambda: apply_events.delay(event_ids), robust=True)
 
 
 def events_apply(*, event_ids: list[int]) -> int:
@@ -98,14 +182,57 @@ def _apply_chunk(event_ids: list[int]) -> int:
         Event.objects.filter(pk__in=[e.pk for e in events]).update(applied_at=timezone.now())
         _lock_subjects(events)
         lifecycle_runs: set[str] = set()
+        folded: dict[tuple, Event] = {}
+        xids: dict[tuple[str, int], _XidTally] = {}
         for event in events:
             if event.type in lifecycle.LIFECYCLE_TYPES:
                 lifecycle_runs.add(event.run_name)
+            elif event.type in FOLDED:
+                _fold(folded, event)
+            elif event.type == "gpu.xid":
+                xids.setdefault((event.node_name, event.data["gpu"]), _XidTally()).add(event)
             else:
                 APPLIERS[event.type](event)
+        heartbeats = [event for event in folded.values() if event.type == "node.heartbeat"]
+        for event in folded.values():
+            if event.type != "node.heartbeat":
+                APPLIERS[event.type](event)
+        _apply_heartbeats(heartbeats)
+        for tally in xids.values():
+            _apply_xids(tally)
         for name in sorted(lifecycle_runs):
             run_lifecycle_rebuild(run=_run_locked(name))
     return len(events)
+
+
+# Readings where only the newest counts: of a chunk's events of one subject, only the newest can change the record
+# (each applier writes "if newer than what is stored"), so one write per run or node stands for all of them. On a
+# run's stream these are most events (a step a minute, a heartbeat per node): one query per subject, not two per
+# event. Ties keep the first in (time, id) order, as applying them one by one would ("newer" is strict).
+FOLDED = {
+    "run.step": lambda e: (e.run_name,),
+    "node.heartbeat": lambda e: (e.node_name,),
+}
+
+
+def _fold(folded: dict[tuple, Event], event: Event) -> None:
+    key = (event.type, *FOLDED[event.type](event))
+    kept = folded.get(key)
+    if kept is None:
+        folded[key] = event
+        return
+    if event.type == "node.heartbeat" and kept.data.get("cluster"):
+        # A node's cluster is set once, from the first heartbeat (in order) that names one: carry it on.
+        event.data = dict(event.data, cluster=kept.data["cluster"])
+    if _fold_rank(event) > _fold_rank(kept):
+        folded[key] = event
+    elif event.type == "node.heartbeat" and not kept.data.get("cluster") and event.data.get("cluster"):
+        kept.data = dict(kept.data, cluster=event.data["cluster"])
+
+
+def _fold_rank(event: Event) -> tuple:
+    """What makes a reading win: the newer time; for steps at the same time, the higher step."""
+    return (event.time, event.data["step"]) if event.type == "run.step" else (event.time,)
 
 
 def _lock_subjects(events: list[Event]) -> None:
@@ -215,6 +342,24 @@ def _apply_heartbeat(event: Event) -> None:
     Node.objects.filter(pk=node.pk).filter(_newer("last_heartbeat_at", event.time)).update(last_heartbeat_at=event.time)
 
 
+def _apply_heartbeats(events: list[Event]) -> None:
+    """The newest heartbeat of each node (one event a node): one UPDATE for all, each node's time moving only
+    forward (the greater of the stored time and the event's), as `_apply_heartbeat` does one at a time."""
+    if not events:
+        return
+    naming = {e.node_name: e.data["cluster"] for e in events if e.data.get("cluster")}
+    if naming:
+        for hostname in Node.objects.filter(hostname__in=naming, cluster__isnull=True).values_list(
+            "hostname", flat=True
+        ):
+            _node(hostname, naming[hostname])
+    # _lock_subjects created and locked these nodes.
+    sent = Case(*(When(hostname=e.node_name, then=Value(e.time)) for e in events), output_field=DateTimeField())
+    Node.objects.filter(hostname__in=[e.node_name for e in events]).update(
+        last_heartbeat_at=Greatest(Coalesce(F("last_heartbeat_at"), sent), sent)
+    )
+
+
 def _apply_node_state(event: Event) -> None:
     node = _node(event.node_name, event.data.get("cluster"))
     Node.objects.filter(pk=node.pk).filter(_newer("state_changed_at", event.time)).update(
@@ -222,11 +367,34 @@ def _apply_node_state(event: Event) -> None:
     )
 
 
+@dataclass
+class _XidTally:
+    """A chunk's Xids on one GPU, in (time, id) order: a storm is thousands of them, and applying them one by one
+    would be four queries each. The sum of their counts, the newest (the first of equal times, as "newer" is
+    strict) and the last UUID given are what applying them one at a time would leave."""
+
+    newest: Event | None = None
+    count: int = 0
+    uuid: str | None = None
+
+    def add(self, event: Event) -> None:
+        self.count += event.data.get("count", 1)
+        self.uuid = event.data.get("uuid") or self.uuid
+        if self.newest is None or event.time > self.newest.time:
+            self.newest = event
+
+
 def _apply_xid(event: Event) -> None:
-    data = event.data
-    gpu = _gpu(event.node_name, data["gpu"], data.get("uuid"))
-    # Every Xid counts, storms included; detection (a later issue) dedupes them into faults.
-    GPU.objects.filter(pk=gpu.pk).update(xid_count=F("xid_count") + data.get("count", 1))
+    tally = _XidTally()
+    tally.add(event)
+    _apply_xids(tally)
+
+
+def _apply_xids(tally: _XidTally) -> None:
+    event, data = tally.newest, tally.newest.data
+    gpu = _gpu(event.node_name, data["gpu"], tally.uuid)
+    # Every Xid counts, storms included; detection dedupes them into faults.
+    GPU.objects.filter(pk=gpu.pk).update(xid_count=F("xid_count") + tally.count)
     GPU.objects.filter(pk=gpu.pk).filter(_newer("last_xid_at", event.time)).update(
         last_xid=data["xid"], last_xid_at=event.time, last_xid_message=data["message"][:1000]
     )

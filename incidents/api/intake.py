@@ -1,9 +1,9 @@
 """Intake from other alerting systems: an Alertmanager webhook receiver and a PagerDuty Events API v2 endpoint."""
 
+from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import exceptions, parsers, status
+from rest_framework import exceptions, status
 from rest_framework.decorators import (
     api_view,
     authentication_classes,
@@ -12,11 +12,17 @@ from rest_framework.decorators import (
 )
 from rest_framework.response import Response
 
-from runs.api.auth import EventsWriteScope
+from fleetops.jsonparse import PayloadTooLarge, StrictJSONParser
+from runs.api.auth import EventsWriteScope, token_authenticate
 from runs.api.base import InvalidEvents
+from runs.api.serializers import ErrorSerializer
 from runs.models import ApiToken
 
 from .. import intake, services
+
+
+class IntakeJSONParser(StrictJSONParser):
+    limit_setting = "INTAKE_MAX_BODY_BYTES"
 
 
 class InvalidPayload(InvalidEvents):
@@ -27,7 +33,7 @@ class InvalidPayload(InvalidEvents):
 
 @extend_schema(
     request=dict,
-    responses={200: dict, 400: OpenApiResponse(description="{detail, errors: [{index, field, reason}]}")},
+    responses={200: dict, 400: OpenApiResponse(ErrorSerializer, description="errors: [{index, field, reason}]")},
     summary="Prometheus Alertmanager webhook receiver (payload version 4)",
     description=(
         "Point an Alertmanager webhook_config here with `http_config.authorization.credentials` set to a token "
@@ -37,9 +43,9 @@ class InvalidPayload(InvalidEvents):
 )
 @api_view(["POST"])
 @permission_classes([EventsWriteScope])
-@parser_classes([parsers.JSONParser])
+@parser_classes([IntakeJSONParser])
 def alertmanager_webhook(request):
-    alerts, problems = intake.alertmanager_parse(request.data)
+    alerts, problems = intake.alertmanager_parse(request.data, max_alerts=settings.INTAKE_MAX_ALERTS)
     if problems:
         raise InvalidPayload(problems)
     with transaction.atomic():
@@ -47,7 +53,7 @@ def alertmanager_webhook(request):
     return Response({"firing": len(result.firing), "resolved": len(result.resolved)}, status=status.HTTP_200_OK)
 
 
-class _AnyJson(parsers.JSONParser):
+class _AnyJson(IntakeJSONParser):
     media_type = "*/*"  # PagerDuty clients do not always send application/json
 
 
@@ -74,15 +80,16 @@ def pagerduty_enqueue(request):
         body = request.data
     except exceptions.ParseError as error:
         return _pd_error(400, "Event object is invalid", [f"The body is not JSON: {error.detail}"])
+    except PayloadTooLarge as error:
+        return _pd_error(413, "Request too large", [str(error.detail)], "invalid request")
     event, errors = intake.pagerduty_parse(body)
     if event is None:
         return _pd_error(400, "Event object is invalid", errors)
-    token = ApiToken.objects.filter(digest=ApiToken.digest_of(event.routing_key), revoked_at__isnull=True).first()
+    token, refusal = token_authenticate(event.routing_key)
     if token is None:
-        return _pd_error(401, "Invalid routing key", ["routing_key is not a FleetOps API token"], "unauthorized")
+        return _pd_error(401, "Invalid routing key", [f"routing_key: {refusal}"], "unauthorized")
     if not token.has_scope(ApiToken.Scope.EVENTS_WRITE):
         return _pd_error(403, "Forbidden", ["this token lacks the 'events:write' scope"], "forbidden")
-    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
     with transaction.atomic():
         intake.pagerduty_apply(event, actor=services.Actor.of_token(token))
     return Response(

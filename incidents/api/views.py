@@ -6,12 +6,13 @@ import django_filters
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, serializers, status, viewsets
 from rest_framework.decorators import action, api_view
 from rest_framework.response import Response
 
 from runs.api.auth import IncidentsWriteScope
+from runs.api.serializers import ErrorSerializer
 from runs.models import ApiToken
 
 from .. import selectors, services
@@ -42,10 +43,17 @@ class ResolveBody(serializers.Serializer):
     override_reason = serializers.CharField(required=False, allow_blank=True, default="")
 
 
+ACTED = {
+    200: IncidentDetailSerializer,
+    409: OpenApiResponse(ErrorSerializer, description="Refused in this state (e.g. resolving while an alert fires)."),
+}
+
+
 class IncidentViewSet(viewsets.ReadOnlyModelViewSet):
     """Incidents, most severe and newest first; acting needs the incidents:write scope or the oncall role."""
 
     filterset_class = IncidentFilter
+    lookup_value_regex = "[0-9]+"  # anything else is a 404 from the router, not a ValueError in the lookup
 
     def get_queryset(self):
         alerts = Prefetch("alerts", queryset=Alert.objects.select_related("node", "gpu"))
@@ -79,19 +87,19 @@ class IncidentViewSet(viewsets.ReadOnlyModelViewSet):
         incident = self.get_queryset().get(pk=pk)
         return Response(IncidentDetailSerializer(incident, context={"request": request}).data)
 
-    @extend_schema(request=None, responses=IncidentDetailSerializer)
+    @extend_schema(request=None, responses=ACTED)
     @action(detail=True, methods=["post"], permission_classes=[], filterset_class=None)
     def acknowledge(self, request, pk=None):
         return self._act(request, pk, "acknowledge", services.incident_acknowledge)
 
-    @extend_schema(request=ResolveBody, responses=IncidentDetailSerializer)
+    @extend_schema(request=ResolveBody, responses=ACTED)
     @action(detail=True, methods=["post"], permission_classes=[], filterset_class=None)
     def resolve(self, request, pk=None):
         body = ResolveBody(data=request.data)
         body.is_valid(raise_exception=True)
         return self._act(request, pk, "resolve", services.incident_resolve, **body.validated_data)
 
-    @extend_schema(request=NoteBody, responses=IncidentDetailSerializer)
+    @extend_schema(request=NoteBody, responses=ACTED)
     @action(detail=True, methods=["post"], permission_classes=[], filterset_class=None)
     def notes(self, request, pk=None):
         body = NoteBody(data=request.data)
@@ -119,13 +127,20 @@ class WindowQuery(serializers.Serializer):
     until = serializers.DateTimeField(required=False)
 
 
+def _days_before(until, days: int):
+    try:
+        return until - timedelta(days=days)
+    except OverflowError:  # until in the first days of year 1
+        raise exceptions.ValidationError({"until": [f"must be at least {days} days after 0001-01-01"]}) from None
+
+
 @extend_schema(parameters=[WindowQuery], responses=dict, summary="MTTD, MTTA, MTTM, MTTR over a window")
 @api_view(["GET"])
 def response_metrics(request):
     query = WindowQuery(data=request.query_params)
     query.is_valid(raise_exception=True)
     until = query.validated_data.get("until", timezone.now())
-    since = query.validated_data.get("since", until - timedelta(days=30))
+    since = query.validated_data.get("since") or _days_before(until, 30)
     if until <= since:
         raise exceptions.ValidationError({"until": ["must be later than since"]})
     return Response({"since": since, "until": until, **selectors.response_metrics_get(since=since, until=until)})

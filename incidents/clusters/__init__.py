@@ -7,6 +7,7 @@
   ~/.kube/config); a non-blank `Cluster.api_url` replaces the kubeconfig's server.
 - simulated: FleetOps' own record of the cluster (the demo).
 Optional settings: CLUSTER_HEALTH_CHECKS (check name -> shell command), SLURM_PARTITIONS (pool -> partition),
+SLURM_TIMEOUT_S (seconds a Slurm client call may take before it counts as a transient failure),
 KUBERNETES_NAMESPACE and KUBERNETES_CHECK_IMAGE (for health-check pods).
 """
 
@@ -50,7 +51,10 @@ def adapter_for(cluster: Cluster) -> ClusterAdapter:
     checks = dict(getattr(settings, "CLUSTER_HEALTH_CHECKS", None) or DEFAULT_HEALTH_CHECKS)
     if cluster.scheduler == Cluster.Scheduler.SLURM:
         partitions = getattr(settings, "SLURM_PARTITIONS", None) or SlurmConfig().partitions
-        config = SlurmConfig(slurm_conf=_slurm_conf(cluster.api_url), partitions=partitions, health_checks=checks)
+        timeout_s = float(getattr(settings, "SLURM_TIMEOUT_S", None) or SlurmConfig().timeout_s)
+        config = SlurmConfig(
+            slurm_conf=_slurm_conf(cluster.api_url), partitions=partitions, health_checks=checks, timeout_s=timeout_s
+        )
         return SlurmAdapter(config)
     if cluster.scheduler == Cluster.Scheduler.KUBERNETES:
         # Imported here: the client takes most of a second to import, which Slurm and demo users need not pay.

@@ -15,6 +15,7 @@ it. How the operations map:
 Event times are now (UTC); the record keeps the latest state by event time.
 """
 
+import time
 import uuid
 from datetime import datetime
 
@@ -243,6 +244,8 @@ class SimulatedAdapter(ClusterAdapter):
         }
 
     def _post(self, raw: list[dict]) -> None:
+        # A real scheduler takes time to act; tests slow the simulated one down to widen a race or a kill window.
+        time.sleep(getattr(settings, "SIMULATED_CLUSTER_DELAY_S", 0.0))
         events, problems = parse_events(raw, max_batch=settings.EVENTS_MAX_BATCH)
         if problems:
             shown = "; ".join(f"event {p.index} {p.field}: {p.reason}" for p in problems)

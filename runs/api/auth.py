@@ -1,5 +1,7 @@
 """Bearer-token authentication and scope permissions for the REST API."""
 
+from datetime import UTC
+
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
@@ -7,6 +9,24 @@ from rest_framework import authentication, exceptions, permissions
 from fleetops.roles import can_act
 
 from ..models import ApiToken
+
+
+def token_authenticate(token: str) -> tuple[ApiToken | None, str]:
+    """The live ApiToken row of a presented token, or None and why it is refused (unknown, revoked, expired).
+
+    Every place that accepts a token (the bearer header, PagerDuty's routing_key) goes through here, so a revoked
+    or expired token is refused everywhere. Only an accepted token's last_used_at is written.
+    """
+    row = ApiToken.objects.filter(digest=ApiToken.digest_of(token)).first()
+    if row is None:
+        return None, "Unknown API token."
+    now = timezone.now()
+    if row.revoked_at is not None:
+        return None, f"API token revoked at {row.revoked_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC."
+    if row.expires_at is not None and row.expires_at <= now:
+        return None, f"API token expired at {row.expires_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC."
+    ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
+    return row, ""
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
@@ -21,10 +41,9 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         keyword, _, token = header.partition(" ")
         if keyword != self.keyword or not token.strip():
             raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <token>'.")
-        row = ApiToken.objects.filter(digest=ApiToken.digest_of(token.strip()), revoked_at__isnull=True).first()
+        row, refusal = token_authenticate(token.strip())
         if row is None:
-            raise exceptions.AuthenticationFailed("Unknown or revoked API token.")
-        ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
+            raise exceptions.AuthenticationFailed(refusal)
         return (None, row)
 
     def authenticate_header(self, request):

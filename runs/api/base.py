@@ -5,16 +5,13 @@ from rest_framework import exceptions, status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from fleetops.jsonparse import PayloadTooLarge  # the 413, beside the parser that raises it too
+
 
 class Pagination(PageNumberPagination):
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
-
-
-class PayloadTooLarge(exceptions.APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_detail = "Request body too large."
 
 
 class InvalidEvents(exceptions.APIException):

@@ -26,17 +26,46 @@ class WindowQuery(serializers.Serializer):
         return attrs
 
 
+# Costs and MTBF past about 30 years mean nothing, and huge ones overflow the advisor's arithmetic (a 500).
+MAX_S = 1e9
+
+
 class CostsQuery(serializers.Serializer):
-    delta_s = serializers.FloatField(min_value=0.001, help_text="Blocking checkpoint cost, seconds.")
-    mtbf_s = serializers.FloatField(min_value=0.001, help_text="Job mean time between failures, seconds.")
-    restart_s = serializers.FloatField(min_value=0, default=0.0, help_text="Detection + rescheduling + reload, s.")
-    interval_s = serializers.FloatField(min_value=0.001, required=False, help_text="The interval in use, seconds.")
+    delta_s = serializers.FloatField(min_value=0.001, max_value=MAX_S, help_text="Blocking checkpoint cost, seconds.")
+    mtbf_s = serializers.FloatField(
+        min_value=0.001, max_value=MAX_S, help_text="Job mean time between failures, seconds."
+    )
+    restart_s = serializers.FloatField(
+        min_value=0, max_value=MAX_S, default=0.0, help_text="Detection + rescheduling + reload, s."
+    )
+    interval_s = serializers.FloatField(
+        min_value=0.001, max_value=MAX_S, required=False, help_text="The interval in use, seconds."
+    )
 
 
 class OverridesQuery(serializers.Serializer):
-    delta_s = serializers.FloatField(min_value=0.001, required=False)
-    mtbf_s = serializers.FloatField(min_value=0.001, required=False)
-    restart_s = serializers.FloatField(min_value=0, required=False)
+    delta_s = serializers.FloatField(min_value=0.001, max_value=MAX_S, required=False)
+    mtbf_s = serializers.FloatField(min_value=0.001, max_value=MAX_S, required=False)
+    restart_s = serializers.FloatField(min_value=0, max_value=MAX_S, required=False)
+
+
+# The daily series has a row per day of the window: a window from year 1 to 9999 took minutes and answered
+# megabytes (found by tests/test_schema_fuzz.py). Two years covers any run and any fleet report.
+MAX_WINDOW = timedelta(days=731)
+
+
+def _bounded(since, until) -> None:
+    if since is not None and until is not None and until - since > MAX_WINDOW:
+        raise serializers.ValidationError(
+            {"since": [f"the window from since to until is at most {MAX_WINDOW.days} days"]}
+        )
+
+
+def _days_before(until, days: int):
+    try:
+        return until - timedelta(days=days)
+    except OverflowError:  # until in the first days of year 1
+        raise serializers.ValidationError({"until": [f"must be at least {days} days after 0001-01-01"]}) from None
 
 
 def _query(serializer_class, request) -> dict:
@@ -87,6 +116,8 @@ def advice_json(advice: advisor.Advice) -> dict:
 def run_goodput(request, name):
     run = get_object_or_404(Run, name=name)
     window = _query(WindowQuery, request)
+    if window:  # the run's whole life, the default, is as long as it is
+        _bounded(window.get("since", run.started_at), window.get("until", run.ended_at or timezone.now()))
     report = selectors.run_goodput_get(
         run=run, since=window.get("since"), until=window.get("until"), now=timezone.now()
     )
@@ -98,7 +129,8 @@ def run_goodput(request, name):
 def fleet_goodput(request):
     window, now = _query(WindowQuery, request), timezone.now()
     until = window.get("until", now)
-    since = window.get("since", until - timedelta(days=30))
+    since = window.get("since") or _days_before(until, 30)
+    _bounded(since, until)
     report = selectors.fleet_goodput_get(since=since, until=until, now=now)
     body = report_json(report)
     body["gpu_hours"] = report.total.gpu_hours()

@@ -133,7 +133,7 @@ class EventSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Event
-        fields = ["id", "source", "type", "subject", "time", "received_at", "applied_at", "data"]
+        fields = ["id", "source", "type", "subject", "time", "received_at", "applied_at", "skew_s", "data"]
 
 
 class NodeDetailSerializer(NodeSerializer):
@@ -174,7 +174,7 @@ class IngestResultSerializer(serializers.Serializer):
 
 
 class ProblemSerializer(serializers.Serializer):
-    index = serializers.IntegerField()
+    index = serializers.IntegerField(required=False, help_text="The event's place in a batch; absent for one object.")
     field = serializers.CharField()
     reason = serializers.CharField()
 

@@ -5,9 +5,11 @@ from django.conf import settings
 from django.db.models import Count
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import exceptions, parsers, status, viewsets
+from rest_framework import exceptions, status, viewsets
 from rest_framework.decorators import action, api_view, parser_classes, permission_classes
 from rest_framework.response import Response
+
+from fleetops.jsonparse import StrictJSONParser
 
 from .. import services
 from ..domain.cloudevents import parse_events
@@ -17,11 +19,15 @@ from .auth import EventsWriteScope
 from .base import InvalidEvents, PayloadTooLarge
 
 
-class CloudEventsParser(parsers.JSONParser):
+class EventsJSONParser(StrictJSONParser):
+    limit_setting = "EVENTS_MAX_BODY_BYTES"
+
+
+class CloudEventsParser(EventsJSONParser):
     media_type = "application/cloudevents+json"
 
 
-class CloudEventsBatchParser(parsers.JSONParser):
+class CloudEventsBatchParser(EventsJSONParser):
     media_type = "application/cloudevents-batch+json"
 
 
@@ -40,7 +46,7 @@ class CloudEventsBatchParser(parsers.JSONParser):
 )
 @api_view(["POST"])
 @permission_classes([EventsWriteScope])
-@parser_classes([parsers.JSONParser, CloudEventsParser, CloudEventsBatchParser])
+@parser_classes([EventsJSONParser, CloudEventsParser, CloudEventsBatchParser])
 def events_create(request):
     length = request.META.get("CONTENT_LENGTH") or "0"
     if not length.isdigit():

@@ -21,11 +21,19 @@ pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 BATCH = "application/cloudevents-batch+json"
 
 
+@pytest.mark.reliability(
+    "Celery worker killed (SIGKILL) while running a playbook step",
+    how="real Slurm; the worker running drain-and-replace killed in its wait-running step, after the requeue; "
+    "a second worker resumes it once the step lease runs out",
+    outcome="the playbook succeeds on the second worker; drain and requeue ran once each (attempts 1), the "
+    "read-only step twice; Slurm restarted the job once, onto the spare",
+)
 def test_a_killed_worker_leaves_the_playbook_to_the_next_without_repeating_a_side_effect(writer, broker, slurm_cluster):
     slurm = SlurmAdapter(SlurmConfig(slurm_conf=slurm_cluster.conf, timeout_s=20))
     Cluster.objects.create(name="loopback", scheduler="slurm", api_url=slurm_cluster.conf)
     job_id, job = start_training_job(slurm_cluster, slurm)
-    first = Worker(PLAYBOOK_MAX_OUT_SHARE="0.5")  # a six-node test cluster
+    # a six-node test cluster; a 3 s step lease, so that the killed worker's step is free again soon
+    first = Worker(PLAYBOOK_MAX_OUT_SHARE="0.5", PLAYBOOK_STEP_LEASE_S="3")
     second = bad = spare = None
     try:
         bad, now = job.nodes[0], datetime.now(UTC)
@@ -66,8 +74,8 @@ def test_a_killed_worker_leaves_the_playbook_to_the_next_without_repeating_a_sid
         assert execution.status == "running"
         assert execution.steps.get(name="requeue job").status == "succeeded"
 
-        second = Worker(PLAYBOOK_MAX_OUT_SHARE="0.5")
-        time.sleep(1)
+        second = Worker(PLAYBOOK_MAX_OUT_SHARE="0.5", PLAYBOOK_STEP_LEASE_S="3")
+        time.sleep(4)  # the killed worker's lease on its step runs out
         assert playbooks_resume_stale(older_than=timedelta(0)) == 1  # what beat's sweeper does after a minute
         wait_for(
             lambda: PlaybookExecution.objects.get(pk=execution.pk).status == "succeeded",

@@ -174,3 +174,17 @@ def test_a_fault_after_the_run_was_mitigated_is_a_new_incident(post):
     assert first.status == "mitigated" and second.status == "triggered"
     assert second.started_at == at(100) and second.alerts.get().kind == "run_failed"
     assert first.group_key != second.group_key and second.group_key.startswith("run:r1@")
+
+
+def test_an_xid_detected_before_its_run_is_known_joins_the_run_incident(post):
+    """Workers apply batches in parallel: n2's Xids may be detected before the run.started that put n2 in r1."""
+    story = story_until_failure()
+    post(xid_storm(50))  # n2 is in no run yet: an incident on the node alone
+    early = Incident.objects.get()
+    assert early.run is None
+    post(story)
+    incident = Incident.objects.get()
+    assert incident.pk == early.pk and incident.run.name == "r1"
+    assert set(incident.alerts.values_list("kind", flat=True)) == {"xid", "run_failed", "node_state"}
+    assert not incident.alerts.filter(run__isnull=True).exists()
+    assert incident.timeline.filter(kind="note", text__startswith="Attributed to run r1").count() == 1

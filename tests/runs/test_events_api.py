@@ -164,7 +164,7 @@ def test_it_rejects_a_bad_token_with_401(client, db):
         URL, json.dumps(failure_and_restart()), content_type=BATCH, HTTP_AUTHORIZATION="Bearer fo_not-a-real-token"
     )
     assert response.status_code == 401
-    assert response.json()["detail"] == "Unknown or revoked API token."
+    assert response.json()["detail"] == "Unknown API token."
     assert response.headers["WWW-Authenticate"] == "Bearer"
     assert counts() == before
 
@@ -219,3 +219,38 @@ def test_a_checkpoint_retried_after_a_lost_write_blocks_from_the_retry(writer, d
             post(writer, batch)
         checkpoint = Checkpoint.objects.get(run__name="r9", step=100)
         assert (checkpoint.status, checkpoint.started_at, checkpoint.failure_reason) == ("completed", at(40), "")
+
+
+def test_it_refuses_names_and_times_with_a_trailing_newline_or_foreign_digits(writer):
+    good = failure_and_restart()[0]
+    for field, value in (
+        ("data.run", "r1\n"),
+        ("data.nodes", ["n1", "n2\n"]),
+        ("data.nodes", ["n1\nn2"]),
+        ("time", "2026-03-01T00:00:00Z\n"),
+        ("time", "٢٠٢٦-03-01T00:00:00Z"),
+    ):
+        raw = json.loads(json.dumps(good))
+        if field == "time":
+            raw["time"] = value
+        else:
+            raw["data"][field.removeprefix("data.")] = value
+        response = post(writer, [raw])
+        assert response.status_code == 400, (field, value)
+        assert [e["field"] for e in response.json()["errors"]] == [field]
+    assert Event.objects.count() == 0
+
+
+def test_a_run_or_node_field_an_event_type_does_not_check_is_kept_but_not_indexed(
+    writer, django_capture_on_commit_callbacks
+):
+    """gpu.health does not check `run`: a long or non-string one is stored in data, not in the indexed column."""
+    health = {"node": "n1", "gpu": 0, "temperature_c": 60.0, "throttle_reasons": [], "nvlink_errors": 0}
+    batch = [
+        event("gpu.health", at(1), "h1", **health, recovery_action=0, run="r" * 300),
+        event("gpu.health", at(2), "h2", **health, recovery_action=0, run={"name": "r1"}),
+    ]
+    with django_capture_on_commit_callbacks(execute=True):
+        assert post(writer, batch).status_code == 202
+    assert list(Event.objects.order_by("event_id").values_list("run_name", "node_name")) == [("", "n1"), ("", "n1")]
+    assert Event.objects.get(event_id="h2").data["run"] == {"name": "r1"}

@@ -10,10 +10,11 @@ import time
 
 import pytest
 from django.db import connections
+from django.utils import timezone
 
 from runs.domain.cloudevents import parse_events
 from runs.models import GPU, Event, Node, Run
-from runs.services import _event_row, events_apply
+from runs.services import _event_row, _insert_orm, events_apply
 from tests.runs.scenario import assert_failure_and_restart_record, failure_and_restart, record_snapshot
 from tests.services import wait_until_applied
 
@@ -58,7 +59,7 @@ def test_it_applies_each_event_once_under_parallel_workers(postgres):
     events, problems = parse_events(batch, max_batch=1000)
     assert problems == []
     # Stored directly, without queueing a task: the threads below do the applying.
-    ids = [row.pk for row in Event.objects.bulk_create([_event_row(e) for e in events])]
+    ids = sorted(_insert_orm([_event_row(e, timezone.now()) for e in events]).values())
     applied, errors = [], []
 
     def apply(order):

@@ -1,6 +1,23 @@
+from datetime import timedelta
+
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from runs.models import ApiToken
+
+# A quarter: long enough that a node agent's token is not rotated every few weeks, short enough that a token
+# copied somewhere it should not be stops working on its own. A token that never expires must be asked for.
+DEFAULT_EXPIRES_IN_DAYS = 90
+
+
+def _days(value: str) -> int:
+    try:
+        days = int(value)
+    except ValueError:
+        raise CommandError(f"--expires-in: {value!r} is not a whole number of days") from None
+    if not 1 <= days <= 3650:
+        raise CommandError(f"--expires-in: {days} is outside 1..3650 days")
+    return days
 
 
 class Command(BaseCommand):
@@ -13,15 +30,27 @@ class Command(BaseCommand):
             default="events:write",
             help=f"Comma-separated, from: {', '.join(ApiToken.Scope.values)} (default: events:write).",
         )
+        lifetime = parser.add_mutually_exclusive_group()
+        lifetime.add_argument(
+            "--expires-in",
+            metavar="DAYS",
+            default=None,
+            help=f"Refuse the token after this many days (default: {DEFAULT_EXPIRES_IN_DAYS}).",
+        )
+        lifetime.add_argument("--no-expiry", action="store_true", help="The token never expires (until revoked).")
 
-    def handle(self, *args, name, scopes, **options):
+    def handle(self, *args, name, scopes, expires_in, no_expiry, **options):
         wanted = [s.strip() for s in scopes.split(",") if s.strip()]
         unknown = set(wanted) - set(ApiToken.Scope.values)
         if unknown or not wanted:
             raise CommandError(f"--scopes: unknown scope(s) {sorted(unknown)}; choose from {ApiToken.Scope.values}")
+        days = None if no_expiry else _days(expires_in) if expires_in is not None else DEFAULT_EXPIRES_IN_DAYS
         if ApiToken.objects.filter(name=name).exists():
             raise CommandError(f"A token named {name!r} exists already.")
         row = ApiToken(name=name, scopes=wanted)
+        row.expires_at = None if days is None else timezone.now() + timedelta(days=days)
         token = row.set_new_token()
         row.save()
         self.stdout.write(token)
+        when = "never expires" if row.expires_at is None else f"expires {row.expires_at:%Y-%m-%d %H:%M} UTC"
+        self.stderr.write(f"Token {name!r} ({', '.join(wanted)}) {when}.")

@@ -1,0 +1,153 @@
+"""Two real Celery workers racing on the same run, the same incident and the same playbook.
+
+Each task is also sent more than once, so both workers get the same work: the claims (skip-locked rows and
+applied_at / detected_at in the same transaction, the execution's row lock and the step lease) must make every
+effect happen once.
+"""
+
+import json
+import re
+
+import pytest
+
+from incidents import services as incident_services
+from incidents.models import Alert, Incident, PlaybookExecution
+from incidents.playbooks import playbook_start
+from incidents.tasks import advance_playbook, detect_events
+from runs.models import Event, Node, Run
+from runs.services import record_rebuild
+from runs.tasks import apply_events
+from tests.clusters.conftest import wait_for
+from tests.faults.conftest import stream
+from tests.incidents.test_detection_flow import story_until_failure, xid_storm
+from tests.incidents.test_playbooks import spares
+from tests.runs.scenario import record_snapshot
+from tests.services import Worker, wait_until_applied, wait_until_detected
+
+pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+BATCH = "application/cloudevents-batch+json"
+
+
+def _post_in_batches(writer, events: list[dict], size: int) -> None:
+    for start in range(0, len(events), size):
+        answer = writer.post("/api/v1/events", json.dumps(events[start : start + size]), content_type=BATCH)
+        assert answer.status_code == 202, answer.content
+
+
+def _returned(lines: list[str], task: str) -> list[int]:
+    """What each run of `task` returned, from log lines like "Task t[id] succeeded in 0.2s: 250"."""
+    return [
+        int(m.group(1)) for line in lines if (m := re.search(rf"{re.escape(task)}\[.*\] succeeded in .*: (\d+)$", line))
+    ]
+
+
+def _both(**env):
+    first = Worker(**env)
+    try:
+        return first, Worker(**env)
+    except BaseException:
+        first.stop()
+        raise
+
+
+@pytest.mark.reliability(
+    "Two workers racing on the same run",
+    how="two celery worker processes; a 4,500-event stream of one run posted in 250-event batches, then every "
+    "apply_events task sent a second time",
+    outcome="each event applied by exactly one worker (the applied counts the workers report add up to the "
+    "stream); no event stored twice; the record equals a rebuild from the log by one process",
+)
+def test_two_workers_applying_the_same_stream_give_the_record_of_one(writer, broker):
+    events = stream()
+    a, b = _both()
+    try:
+        _post_in_batches(writer, events, 250)
+        ids = list(Event.objects.order_by("id").values_list("id", flat=True))
+        for start in range(0, len(ids), 250):
+            apply_events.delay(ids[start : start + 250])  # the same work again: whoever comes second finds it claimed
+        wait_until_applied(len(events), timeout=240)
+        wait_for(
+            lambda: len(_returned(a.lines + b.lines, "runs.tasks.apply_events")) == 2 * len(range(0, len(ids), 250)),
+            timeout=120,
+            what="both rounds of apply tasks to finish",
+        )
+    finally:
+        a.stop()
+        b.stop()
+    assert sum(_returned(a.lines, "runs.tasks.apply_events")) + sum(
+        _returned(b.lines, "runs.tasks.apply_events")
+    ) == len(events)
+    assert _returned(a.lines, "runs.tasks.apply_events") and _returned(b.lines, "runs.tasks.apply_events")
+    assert Event.objects.values("source", "event_id").distinct().count() == Event.objects.count() == len(events)
+    raced = record_snapshot()
+    assert raced["interruptions"] and raced["checkpoints"]
+    record_rebuild()
+    assert record_snapshot() == raced
+
+
+@pytest.mark.reliability(
+    "Two workers racing on the same incident",
+    how="two celery worker processes; a failure and a storm of 2,000 identical Xids posted in 100-event batches, "
+    "then every detect_events task sent a second time",
+    outcome="one incident with one alert per fingerprint, the Xid alert counting 2,001, as one process gives",
+)
+def test_two_workers_detecting_the_same_fault_open_one_incident(writer, broker):
+    a, b = _both()
+    try:
+        _post_in_batches(writer, story_until_failure() + xid_storm(2000), 100)
+        wait_until_detected(Event.objects.count(), timeout=180)
+        ids = list(Event.objects.order_by("id").values_list("id", flat=True))
+        Event.objects.update(detected_at=None)  # and once more, by both workers at the same time
+        for start in range(0, len(ids), 100):
+            detect_events.delay(ids[start : start + 100])
+            detect_events.delay(ids[start : start + 100])
+        wait_until_detected(len(ids), timeout=180)
+    finally:
+        a.stop()
+        b.stop()
+    (incident,) = Incident.objects.all()
+    assert incident.run.name == "r1"
+    alerts = {alert.kind: alert for alert in Alert.objects.all()}
+    assert set(alerts) == {"xid", "run_failed", "node_state"} and Alert.objects.count() == 3
+    assert alerts["xid"].count == 4002  # 2,001 Xids, each detected once per round: two rounds, not four
+    assert alerts["run_failed"].count == 2 and alerts["node_state"].count == 2
+
+
+@pytest.mark.reliability(
+    "Two workers racing on the same playbook",
+    how="two celery worker processes, a simulated cluster whose every change takes 2 s; drain-and-replace started "
+    "and advance_playbook sent six times",
+    outcome="the playbook succeeds with every step run once (attempts 1, one 'done' entry each on the timeline); "
+    "the cluster sees one spare taken into service, one requeue, one move to repair",
+)
+def test_two_workers_advancing_the_same_playbook_run_each_step_once(writer, broker):
+    env = {"PLAYBOOK_AUTO_START": "false", "SIMULATED_CLUSTER_DELAY_S": "2"}
+    a, b = _both(**env)
+    try:
+        _post_in_batches(writer, spares("s1") + story_until_failure(), 500)
+        wait_until_detected(Event.objects.count(), timeout=120)
+        incident, node, run = Incident.objects.get(), Node.objects.get(hostname="n2"), Run.objects.get(name="r1")
+        execution = playbook_start(
+            playbook="drain-and-replace", actor=incident_services.FLEETOPS, node=node, run=run, incident=incident
+        )
+        for _ in range(5):
+            advance_playbook.delay(execution.pk)
+        wait_for(
+            lambda: PlaybookExecution.objects.get(pk=execution.pk).status not in ("running", "waiting_approval"),
+            timeout=180,
+            what="the playbook to finish",
+        )
+    finally:
+        a.stop()
+        b.stop()
+    execution.refresh_from_db()
+    assert execution.status == "succeeded", execution.error
+    steps = list(execution.steps.order_by("index").values_list("name", "status", "attempts"))
+    assert steps and all(status == "succeeded" and attempts == 1 for _, status, attempts in steps), steps
+    texts = list(incident.timeline.values_list("text", flat=True))
+    for name, _, _ in steps:
+        assert sum(t.startswith(f"Step {name} done") for t in texts) == 1, (name, texts)
+    changes = Event.objects.filter(source="fleetops/simulated-cluster")
+    assert changes.filter(type="run.started").count() == 1
+    assert changes.filter(type="node.state", node_name="s1", data__state="in_service").count() == 1
+    assert changes.filter(type="node.state", node_name="n2", data__state="in_repair").count() == 1
