@@ -1,6 +1,7 @@
 """Reads for incidents: live impact, lists, response metrics."""
 
 import statistics
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -34,18 +35,20 @@ def incident_impact(*, incident: Incident, now: datetime) -> Impact:
     run = incident.run
     if run is None or run.started_at is None:
         return NO_IMPACT
-    return _impact(incident, now, run_timeline_get(run=run), down=_is_down(incident))
+    costs = goodput.interruption_costs(run_timeline_get(run=run), now=now)
+    return _impact(incident, now, costs, down=_is_down(incident))
 
 
 def incident_impacts_get(*, incidents: list[Incident], now: datetime) -> dict[int, Impact]:
     """incident_impact for many incidents (a list page), by incident id, in a fixed number of queries."""
     measured = [i for i in incidents if i.run is not None and i.run.started_at is not None]
     runs = list({i.run.pk: i.run for i in measured}.values())
-    timelines = run_timelines_get(runs=runs)
+    # The costs once a run, not once an incident: a 54-day run's hundreds of incidents share its one timeline.
+    costs = {pk: goodput.interruption_costs(timeline, now=now) for pk, timeline in run_timelines_get(runs=runs).items()}
     down = _down_incidents([i for i in measured if i.is_open])
     impacts = {i.pk: NO_IMPACT for i in incidents}
     for incident in measured:
-        impacts[incident.pk] = _impact(incident, now, timelines[incident.run.pk], down=incident.pk in down)
+        impacts[incident.pk] = _impact(incident, now, costs[incident.run.pk], down=incident.pk in down)
     return impacts
 
 
@@ -76,14 +79,13 @@ def _down_incidents(incidents: list[Incident]) -> set[int]:
     }
 
 
-def _impact(incident: Incident, now: datetime, timeline: goodput.RunTimeline, *, down: bool) -> Impact:
+def _impact(incident: Incident, now: datetime, run_costs: list[goodput.InterruptionCost], *, down: bool) -> Impact:
+    """`run_costs`: goodput.interruption_costs of the incident's run, at `now`."""
     run = incident.run
     until = incident.resolved_at or now
-    costs = [
-        c
-        for c in goodput.interruption_costs(timeline, now=now)
-        if incident.started_at - timedelta(seconds=1) <= c.fault_at <= until
-    ]
+    # run_costs are in fault order: the incident's slice is found by bisection, not a scan a row of the board.
+    first = bisect_left(run_costs, incident.started_at - timedelta(seconds=1), key=_fault_at)
+    costs = run_costs[first : bisect_right(run_costs, until, key=_fault_at)]
     lost = sum(c.gpu_hours for c in costs)
     run_hours = ((run.ended_at or now) - run.started_at).total_seconds() / 3600 * run.gpu_count
     gpus_idle = run.gpu_count if down else 0
@@ -96,6 +98,10 @@ def _impact(incident: Incident, now: datetime, timeline: goodput.RunTimeline, *,
         gpu_hours_per_minute=per_minute,
         cost_per_minute_usd=per_minute * settings.GPU_HOUR_COST_USD,
     )
+
+
+def _fault_at(cost: goodput.InterruptionCost) -> datetime:
+    return cost.fault_at
 
 
 def incidents_list(*, status: str = "", severity: str = "", run: str = "", node: str = "", open_only=False):
@@ -212,13 +218,17 @@ def spare_pools_get(*, now: datetime, window_days: int = 30, target: float = 0.0
 
 def _repair_hours(cluster_id: int) -> list[float]:
     """How long the cluster's nodes stayed in repair: in_repair to the next hot_spare or in_service."""
-    hostnames = list(Node.objects.filter(cluster_id=cluster_id).values_list("hostname", flat=True))
+    hostnames = Node.objects.filter(cluster_id=cluster_id).values("hostname")
     entered: dict[str, datetime] = {}
     durations = []
-    rows = Event.objects.filter(type="node.state", node_name__in=hostnames).order_by("time", "id")
-    for hostname, time, data in rows.values_list("node_name", "time", "data").iterator():
-        if data["state"] == "in_repair":
+    # Only the state, not the whole data document, and only the three states that matter: the overview asks this
+    # on every load, and a long run's cluster has thousands of node.state events.
+    rows = Event.objects.filter(
+        type="node.state", node_name__in=hostnames, data__state__in=("in_repair", "hot_spare", "in_service")
+    ).order_by("time", "id")
+    for hostname, time, state in rows.values_list("node_name", "time", "data__state"):
+        if state == "in_repair":
             entered.setdefault(hostname, time)
-        elif data["state"] in ("hot_spare", "in_service") and hostname in entered:
+        elif hostname in entered:
             durations.append((time - entered.pop(hostname)).total_seconds() / 3600)
     return durations

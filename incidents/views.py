@@ -12,6 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
@@ -25,6 +26,7 @@ from .forms import BoardFilterForm
 from .models import Incident
 
 BOARD_LIMIT = 200
+_LINKS = (("incident-page", 0), ("run-page", "-"), ("node-page", "-"))
 # What the incident page polls for: impact and timeline while the incident is open, playbooks while one is active.
 PARTS = ("impact", "timeline", "playbooks")
 PLAYBOOK_CHOICES = [(name, definition["title"]) for name, definition in PLAYBOOKS.items()]
@@ -54,6 +56,8 @@ def board(request):
         "polling": polling,
         "query": request.GET.urlencode(),
         "now": now,
+        # One reverse per kind of link, not three a row: 200 rows made 600 reverse() calls, a tenth of the board.
+        "urls": {name.replace("-", "_"): reverse(name, args=[arg])[: -len(str(arg))] for name, arg in _LINKS},
     }
     if request.htmx:
         # Nothing open: the list stops polling; the nav's open count (open_count) still watches and fires

@@ -247,10 +247,58 @@ class Event(models.Model):
             models.Index(fields=["run_name", "type", "time"]),
             models.Index(fields=["node_name", "time"]),
             models.Index(fields=["id"], condition=Q(applied_at__isnull=True), name="event_unapplied"),
+            # The detection sweeper's backlog (incidents.detection.pending_detect): without it, a scan of the table
+            # every minute. Small: events leave it within seconds, once detected.
+            models.Index(fields=["id"], condition=Q(detected_at__isnull=True), name="event_undetected"),
+            # A node's rare fault events among its many samples: the Xid history, repair times, ECC deltas.
+            models.Index(
+                fields=["node_name", "time"],
+                condition=Q(type__in=["gpu.xid", "gpu.ecc", "node.state"]),
+                name="event_node_faults",
+            ),
         ]
 
     def __str__(self):
         return f"{self.type} {self.source}#{self.event_id}"
+
+
+class EventRollup(models.Model):
+    """Raw high-rate events of one series and one UTC day, summed before retention deleted them (runs.retention).
+
+    A series is the event type with its run, node, GPU and rank; `gpu` and `rank` are -1 where the type has none
+    (a unique constraint treats NULLs as distinct). `value_*` summarise what the type measures: seconds a step took
+    (rank.step_time), the gradient norm (rank.grad_norm), degrees Celsius (gpu.health); a heartbeat has no value,
+    only its count. The mean is value_sum / count.
+    """
+
+    type = models.CharField(max_length=50)
+    day = models.DateField(help_text="The UTC day of the events' time.")
+    run_name = models.CharField(max_length=200, blank=True)
+    node_name = models.CharField(max_length=200, blank=True)
+    gpu = models.SmallIntegerField(default=-1)
+    rank = models.IntegerField(default=-1)
+    count = models.PositiveBigIntegerField(default=0)
+    value_min = models.FloatField(null=True, blank=True)
+    value_max = models.FloatField(null=True, blank=True)
+    value_sum = models.FloatField(default=0.0)
+    first_at = models.DateTimeField(help_text="The earliest event's time (UTC).")
+    last_at = models.DateTimeField(help_text="The latest event's time (UTC).")
+
+    class Meta:
+        ordering = ["-day", "type", "run_name", "node_name", "gpu", "rank"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["type", "day", "run_name", "node_name", "gpu", "rank"], name="event_rollup_unique_series_day"
+            )
+        ]
+        indexes = [models.Index(fields=["node_name", "day"]), models.Index(fields=["run_name", "day"])]
+
+    def __str__(self):
+        return f"{self.type} {self.day} {self.run_name or self.node_name}"
+
+    @property
+    def value_mean(self) -> float | None:
+        return self.value_sum / self.count if self.count and self.value_min is not None else None
 
 
 class ApiToken(models.Model):

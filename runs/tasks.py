@@ -1,9 +1,18 @@
 """Celery tasks: thin wrappers that take ids and call one service. Safe to run twice."""
 
+import logging
+from datetime import timedelta
+
 from celery import shared_task
+from django.conf import settings
 from django.db import OperationalError
+from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerError
 
 from . import services
+from .retention import events_prune
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(
@@ -17,10 +26,32 @@ def apply_events(event_ids: list[int]) -> int:
     # The detectors look at the events next (incidents.tasks); they claim each event, so a repeat is harmless.
     from incidents.tasks import detect_events
 
-    detect_events.delay(event_ids)
+    _enqueue(detect_events, event_ids, what="detection")
     return applied
 
 
 @shared_task(acks_late=True)
-def apply_pending_events() -> int:
-    return services.pending_events_apply()
+def apply_pending_events(older_than_s: float = 30.0) -> int:
+    """The sweeper (beat, every minute): events stored `older_than_s` seconds ago and still unapplied."""
+    return services.pending_events_apply(older_than=timedelta(seconds=older_than_s))
+
+
+def _enqueue(task, event_ids: list[int], *, what: str) -> None:
+    """Queue the next task for events already stored and applied: a broker that is down loses only the message,
+    and the beat sweeper (detect_pending) does what it would have done, so the task in hand still succeeds."""
+    try:
+        task.delay(event_ids)
+    except BrokerError as exc:  # Redis refused, reset or timed out (kombu wraps the client's errors in this)
+        # Nothing is lost: the events are stored, and a beat sweeper picks up what was not queued.
+        log.warning("could not queue %s of %d events (%s); the sweeper will pick them up", what, len(event_ids), exc)
+
+
+@shared_task(acks_late=True)
+def prune_events() -> int:
+    """Retention (beat, hourly): raw high-rate events past EVENTS_RAW_RETENTION_DAYS summed per day, then deleted."""
+    result = events_prune(
+        now=timezone.now(),
+        older_than=timedelta(days=settings.EVENTS_RAW_RETENTION_DAYS),
+        batch_size=settings.EVENTS_PRUNE_BATCH,
+    )
+    return result.deleted

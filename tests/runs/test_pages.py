@@ -102,3 +102,13 @@ def test_plotly_js_is_served_from_our_own_static_files(client, db):
     from django.contrib.staticfiles import finders
 
     assert finders.find("plotly/plotly.min.js")
+
+
+def test_the_run_page_lists_the_latest_interruptions_and_all_on_request(oncall, record, monkeypatch):
+    monkeypatch.setattr("runs.views.INTERRUPTIONS_SHOWN", 0)  # the scenario has one interruption; 50 are shown
+    html = oncall.get("/runs/r1").content.decode()
+    assert 'id="interruption-' not in html and "latest 0 of 1" in html
+    assert 'href="?interruptions=all#interruptions"' in html
+    assert "#1 Faulty GPU" in html  # the timeline chart still marks every fault
+    html = oncall.get("/runs/r1?interruptions=all").content.decode()
+    assert 'id="interruption-' in html and "Faulty GPU" in html and "show all" not in html

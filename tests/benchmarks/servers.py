@@ -1,0 +1,213 @@
+"""The real processes the pipeline benchmarks measure through: gunicorn serving fleetops.wsgi, and Celery workers.
+
+Both run as subprocesses of this machine's venv against the benchmark's database (the one pytest-django points
+the test process at, never a test_ copy) and the Redis of REDIS_URL, so what they store is what the benchmark
+reads back.
+"""
+
+import http.client
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+GUNICORN = Path(sys.executable).parent / "gunicorn"
+# With DEBUG off, pages name their static files through whitenoise's manifest, as in production: collected once
+# per session into a directory of the benchmarks' own.
+STATIC_ROOT = ROOT / "var" / "bench-staticfiles"
+_collected: list[str] = []  # the STATIC_ROOTs collected this session
+
+
+def database_url() -> str:
+    db = connection.settings_dict
+    return (
+        f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    )
+
+
+def redis_url() -> str:
+    url = os.environ.get("REDIS_URL", "")
+    if not url:
+        pytest.exit("This benchmark needs Redis: set REDIS_URL (e.g. redis://127.0.0.1:6379/4).", returncode=1)
+    return url
+
+
+def server_env(**overrides: str) -> dict[str, str]:
+    """Production-like settings: DEBUG off (no query log kept per request), tasks queued to Redis, quiet logs."""
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "fleetops.settings",
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": redis_url(),
+        "CELERY_TASK_ALWAYS_EAGER": "false",
+        "DEBUG": "false",
+        "SECRET_KEY": "fleetops-benchmark-only-key-not-a-secret-0123456789abcdef",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "SECURE_SSL_REDIRECT": "false",  # plain HTTP on loopback; no TLS proxy in front
+        "LOG_LEVEL": "WARNING",
+        "STATIC_ROOT": str(STATIC_ROOT),
+        "PYTHONUNBUFFERED": "1",
+        **overrides,
+    }
+
+
+def _collectstatic(env: dict[str, str]) -> None:
+    """Collected once and kept (whitenoise compresses plotly.js and friends: minutes on a busy 2-core machine);
+    collected again when a file under static/ or pyproject.toml (the pinned packages serving files) is newer."""
+    manifest = Path(env["STATIC_ROOT"]) / "staticfiles.json"  # a caller may pass a STATIC_ROOT of its own
+    if env["STATIC_ROOT"] in _collected or (manifest.exists() and manifest.stat().st_mtime > _newest_static_source()):
+        return
+    command = [sys.executable, "manage.py", "collectstatic", "--noinput", "--clear", "--verbosity", "0"]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode:
+        pytest.fail(f"collectstatic failed:\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
+    manifest.touch()  # written before compression starts; stamped once everything is in place
+    _collected.append(env["STATIC_ROOT"])
+
+
+def _newest_static_source() -> float:
+    sources = [ROOT / "pyproject.toml", *(path for path in (ROOT / "static").rglob("*") if path.is_file())]
+    return max(path.stat().st_mtime for path in sources)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _answers(port: int) -> bool:
+    """Any HTTP answer counts: the workers have imported Django and serve requests."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+    try:
+        conn.request("GET", "/login/")
+        return conn.getresponse().status < 500
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+@contextmanager
+def gunicorn(workers: int = 2, threads: int = 1, *, timeout: float = 60, **env: str) -> Iterator[str]:
+    """`gunicorn fleetops.wsgi` with `workers` processes (gthread when `threads` > 1) on a free loopback port;
+    yields the base URL ("http://127.0.0.1:PORT") once it answers, and stops it (SIGTERM, then SIGKILL)."""
+    port = _free_port()
+    command = [
+        str(GUNICORN),
+        "fleetops.wsgi:application",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        str(workers),
+        "--threads",
+        str(threads),
+        "--timeout",
+        "120",  # a 1,000-event batch on a busy 2-core machine must not be killed as a hung worker
+        "--graceful-timeout",
+        "10",
+    ]
+    environment = server_env(**env)
+    _collectstatic(environment)
+    log = tempfile.NamedTemporaryFile(prefix="fleetops-gunicorn-", suffix=".log", delete=False)  # noqa: SIM115
+    process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout
+        while not _answers(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"gunicorn did not answer on port {port}:\n{Path(log.name).read_text()[-4000:]}")
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        log.close()
+        os.unlink(log.name)
+
+
+@contextmanager
+def celery_workers(n: int = 1, queues: str = "") -> Iterator[list]:
+    """`n` real Celery worker processes (solo pool: one task at a time each) on `queues` (all FleetOps queues
+    by default), pointed at the benchmark's database and REDIS_URL; yields the `tests.services.Worker`s."""
+    from tests.services import Worker
+
+    env = {"DATABASE_URL": database_url(), "REDIS_URL": redis_url(), "LOG_LEVEL": "WARNING"}
+    started: list[Worker] = []
+    try:
+        for _ in range(n):
+            started.append(Worker(queues, **env))
+        yield started
+    finally:
+        for worker in started:
+            worker.stop()
+
+
+def purge_queues() -> None:
+    """Drop every task waiting in the FleetOps queues of REDIS_URL (ours: a Redis db of the benchmark's own)."""
+    from fleetops.celery import app
+
+    with app.connection_for_write() as conn:
+        for queue in settings.FLEETOPS_QUEUES:
+            conn.default_channel.queue_purge(queue)
+
+
+class Client:
+    """One keep-alive HTTP/1.1 connection to the server under test (http.client reconnects by itself when the
+    server closes it, as gunicorn's sync workers do after each answer); bearer token on every request."""
+
+    def __init__(self, base_url: str, token: str, timeout: float = 120):
+        parts = urlsplit(base_url)
+        self.connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+        self.headers = {"Authorization": f"Bearer {token}"}
+
+    def request(self, method: str, path: str, body: bytes | None = None, content_type: str = "") -> tuple[int, bytes]:
+        headers = dict(self.headers, **({"Content-Type": content_type} if content_type else {}))
+        try:
+            self.connection.request(method, path, body=body, headers=headers)
+            response = self.connection.getresponse()
+        except (ConnectionError, http.client.RemoteDisconnected):
+            # The server closed a kept-alive connection between two requests: open a new one, send again.
+            self.connection.close()
+            self.connection.request(method, path, body=body, headers=headers)
+            response = self.connection.getresponse()
+        return response.status, response.read()
+
+    def post_events(self, body: bytes) -> tuple[int, bytes]:
+        return self.request("POST", "/api/v1/events", body, "application/cloudevents-batch+json")
+
+    def get_json(self, path: str):
+        status, body = self.request("GET", path)
+        assert status == 200, (path, status, body[:500])
+        return json.loads(body)
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def percentile(values: list[float], p: float) -> float:
+    """The p-th percentile (0-100), nearest rank: a value that was measured, not an interpolation."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(p / 100 * len(ordered)) - 1))]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (Linux /proc): how much of a core it got."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
