@@ -181,6 +181,13 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+# --- Cache ---
+# Per process, in memory (pickled copies: safe across threads). It holds what pages compute from a run's record,
+# keyed by a version of that record (runs.selectors.run_record_version), so processes never disagree, they only
+# each compute once; 300 entries: a 54-day run's page is ~0.3 MB of them. Not the broker's Redis: clearing a cache
+# there would flush the task queue with it.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "OPTIONS": {"MAX_ENTRIES": 300}}}
+
 # --- Celery ---
 # Without a broker the tasks run in-process, eagerly: the embedded default needs no server at all.
 REDIS_URL = env.str("REDIS_URL", default="")

@@ -10,7 +10,7 @@ from django.db.models import Count, Max, Min, Q, Sum
 
 from runs.domain import goodput
 from runs.models import Cluster, Event, Interruption, Node, Run
-from runs.selectors import run_timeline_get, run_timelines_get
+from runs.selectors import run_costs_get, run_timeline_get
 
 from .domain.playbooks import spares_needed
 from .domain.response import IncidentTimes, response_metrics
@@ -44,7 +44,7 @@ def incident_impacts_get(*, incidents: list[Incident], now: datetime) -> dict[in
     measured = [i for i in incidents if i.run is not None and i.run.started_at is not None]
     runs = list({i.run.pk: i.run for i in measured}.values())
     # The costs once a run, not once an incident: a 54-day run's hundreds of incidents share its one timeline.
-    costs = {pk: goodput.interruption_costs(timeline, now=now) for pk, timeline in run_timelines_get(runs=runs).items()}
+    costs = run_costs_get(runs=runs, now=now)
     down = _down_incidents([i for i in measured if i.is_open])
     impacts = {i.pk: NO_IMPACT for i in incidents}
     for incident in measured:
@@ -111,8 +111,35 @@ def incidents_list(*, status: str = "", severity: str = "", run: str = "", node:
             alert_count=Sum("alerts__count"),
             firing_count=Count("alerts", filter=Q(alerts__status="firing"), distinct=True),
         )
-        .order_by("severity", "-started_at")
+        # The id last: a page of the board (a slice) must not swap incidents started at the same instant.
+        .order_by("severity", "-started_at", "-id")
     )
+    return _filtered(incidents, status=status, severity=severity, run=run, node=node, open_only=open_only)
+
+
+@dataclass(frozen=True)
+class SeverityCount:
+    severity: str
+    total: int  # incidents matching the filters
+    open: int  # of them, those still open
+
+
+def incident_counts_get(
+    *, status: str = "", severity: str = "", run: str = "", node: str = "", open_only=False
+) -> list[SeverityCount]:
+    """How many incidents match incidents_list's filters, per severity (every severity, most severe first): one
+    query, whatever the number of incidents, so a page of the board can say what the other pages hold."""
+    rows = _filtered(Incident.objects.all(), status=status, severity=severity, run=run, node=node, open_only=open_only)
+    counted = (
+        rows.order_by()
+        .values("severity")
+        .annotate(total=Count("id", distinct=True), open=Count("id", filter=Q(status__in=Incident.OPEN), distinct=True))
+    )
+    found = {row["severity"]: (row["total"], row["open"]) for row in counted}
+    return [SeverityCount(value, *found.get(value, (0, 0))) for value in Incident.Severity.values]
+
+
+def _filtered(incidents, *, status: str, severity: str, run: str, node: str, open_only: bool):
     if open_only:
         incidents = incidents.filter(status__in=Incident.OPEN)
     if status:

@@ -1,9 +1,14 @@
 """Reads of the fleet record for pages and the API."""
 
+import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from typing import TypeVar
 
+from django.core.cache import cache
+from django.db import connection
 from django.db.models import BooleanField, Count, ExpressionWrapper, IntegerField, Max, Min, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 
@@ -188,6 +193,75 @@ def run_timelines_get(*, runs: list[Run]) -> dict[int, goodput.RunTimeline]:
     }
 
 
+# --- What is computed from a run's record, kept in the cache until the record changes ---
+
+RECORD_CACHE_S = 6 * 3600  # the key changes with the record; this only lets entries nobody asks for go
+T = TypeVar("T")
+
+# Per table, of the run's rows: how many, and the sum and the largest of their xmin (the id of the transaction
+# that wrote the row version; an UPDATE writes a new one). Any insert, update or delete moves one of them.
+_ROWS_VERSION = """(SELECT count(*)::text || '.' || coalesce(sum(xmin::text::bigint), 0)::text || '.'
+    || coalesce(max(xmin::text::bigint), 0)::text FROM {table} t WHERE t.run_id = r.id)"""
+
+
+def run_record_version(*, run: Run) -> str | None:
+    """A version of what the run's goodput and advice are computed from; None where none can be had (SQLite).
+
+    It is the run row's own fields as the caller loaded them (span, GPUs, interval) and a digest of the row
+    versions of its interruptions and checkpoints, in one query. Taken from the rows themselves, not from the
+    events applied: a rebuild, a late event re-deriving an old interruption, an edit in the admin all move it.
+    Read after the run row and before the rows it versions, so what is computed under it is never older than it.
+    """
+    return run_record_versions(runs=[run])[run.pk]
+
+
+def run_record_versions(*, runs: list[Run]) -> dict[int, str | None]:
+    """run_record_version of each run, by id, in one query."""
+    if connection.vendor != "postgresql" or not runs:  # no row versions: nothing is cached, all computed each time
+        return {run.pk: None for run in runs}
+    tables = (Interruption._meta.db_table, Checkpoint._meta.db_table)
+    columns = ", ".join(_ROWS_VERSION.format(table=table) for table in tables)
+    sql = f"SELECT r.id, {columns} FROM {Run._meta.db_table} r WHERE r.id = ANY(%s)"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [[run.pk for run in runs]])
+        rows = {pk: versions for pk, *versions in cursor.fetchall()}
+    return {run.pk: _version(run, rows.get(run.pk)) for run in runs}
+
+
+def _version(run: Run, rows: list[str] | None) -> str | None:
+    if rows is None:  # deleted since the caller loaded it
+        return None
+    fields = (run.pk, run.name, run.started_at, run.ended_at, run.gpu_count, run.checkpoint_interval_s)
+    return hashlib.sha256(repr((fields, rows)).encode()).hexdigest()
+
+
+def run_record_cached(*, run: Run, version: str | None, part: str, compute: Callable[[], T]) -> T:
+    """compute(), kept in Django's cache under the run and its record `version` (run_record_version).
+
+    `compute` must depend on nothing but the run's record: not on `now` (a running run's goodput grows with
+    it), not on other runs. No version: computed each time. The cache is per process by default (locmem,
+    pickled copies); a shared one (Redis) is as safe, the key being the version and not a time to live."""
+    if version is None:
+        return compute()
+    return cache.get_or_set(f"fleetops:run:{part}:{version}", compute, RECORD_CACHE_S)
+
+
+def run_costs_get(*, runs: list[Run], now: datetime) -> dict[int, list[goodput.InterruptionCost]]:
+    """goodput.interruption_costs of each run, by id, in a fixed number of queries however many runs.
+
+    An ended run's come from the cache while its record is unchanged (its costs no longer depend on `now`); a
+    running run's, and those not cached, from run_timelines_get."""
+    versions = run_record_versions(runs=[run for run in runs if run.ended_at is not None])
+    keys = {run.pk: f"fleetops:run:costs:{versions[run.pk]}" for run in runs if versions.get(run.pk)}
+    cached = cache.get_many(list(keys.values()))
+    costs = {pk: cached[key] for pk, key in keys.items() if key in cached}
+    missing = [run for run in runs if run.pk not in costs]
+    for pk, timeline in run_timelines_get(runs=missing).items():
+        costs[pk] = goodput.interruption_costs(timeline, now=now)
+    cache.set_many({keys[run.pk]: costs[run.pk] for run in missing if run.pk in keys}, RECORD_CACHE_S)
+    return costs
+
+
 @dataclass(frozen=True)
 class GoodputReport:
     since: datetime
@@ -288,26 +362,23 @@ def run_advice_inputs_get(
     delta_s: float | None = None,
     mtbf_s: float | None = None,
     restart_s: float | None = None,
+    version: str | None = None,
 ) -> AdviceInputs:
     """delta = the run's median blocking write; R = its median fault-to-training-again time; M = the fleet's
-    per-GPU failure rate scaled to the run's GPUs. Any of them can be overridden."""
-    # Unordered: medians need no order, and the models' default ordering joins the run to sort by it.
-    blocking = run.checkpoints.filter(blocking_s__isnull=False).order_by().values_list("blocking_s", flat=True)
-    restarts = [
-        (resumed - fault).total_seconds()
-        for fault, resumed in run.interruptions.filter(planned=False, resumed_at__isnull=False)
-        .order_by()
-        .values_list("fault_at", "resumed_at")
-    ]
+    per-GPU failure rate scaled to the run's GPUs. Any of them can be overridden.
+
+    With the run's record `version` (run_record_version) the two medians come from the cache while it holds;
+    M is the whole fleet's, up to `now`, and is computed each time (two small queries)."""
+    measured = run_record_cached(run=run, version=version, part="advice", compute=lambda: _run_measured_costs(run))
     rate = fleet_failure_rate_get(now=now)
     measured_mtbf, mtbf_range = None, None
     if rate is not None and rate.failures and run.gpu_count:
         measured_mtbf = advisor.job_mtbf_s(rate_per_gpu_hour=rate.rate, gpus=run.gpu_count)
         mtbf_range = advisor.job_mtbf_range_s(estimate=rate, gpus=run.gpu_count)
     values = {
-        "delta_s": advisor.write_cost_s(blocking, override=delta_s),
+        "delta_s": delta_s if delta_s is not None else measured[0],
         "mtbf_s": mtbf_s if mtbf_s is not None else measured_mtbf,
-        "restart_s": advisor.restart_cost_s(restarts, override=restart_s),
+        "restart_s": restart_s if restart_s is not None else measured[1],
     }
     overrides = {"delta_s": delta_s, "mtbf_s": mtbf_s, "restart_s": restart_s}
     sources = {
@@ -317,6 +388,19 @@ def run_advice_inputs_get(
     return AdviceInputs(
         **values, current_s=run.checkpoint_interval_s, sources=sources, rate=rate, mtbf_range_s=mtbf_range
     )
+
+
+def _run_measured_costs(run: Run) -> tuple[float | None, float | None]:
+    """The run's median blocking write and median fault-to-training-again time, in seconds (None if unmeasured)."""
+    # Unordered: medians need no order, and the models' default ordering joins the run to sort by it.
+    blocking = run.checkpoints.filter(blocking_s__isnull=False).order_by().values_list("blocking_s", flat=True)
+    restarts = [
+        (resumed - fault).total_seconds()
+        for fault, resumed in run.interruptions.filter(planned=False, resumed_at__isnull=False)
+        .order_by()
+        .values_list("fault_at", "resumed_at")
+    ]
+    return advisor.write_cost_s(blocking), advisor.restart_cost_s(restarts)
 
 
 @dataclass(frozen=True)

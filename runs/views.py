@@ -11,6 +11,7 @@ from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import json_script
 from django.utils.safestring import mark_safe
 from django.views.decorators.vary import vary_on_headers
 
@@ -92,6 +93,9 @@ def _grid_cells(row: selectors.RackRow, in_incident: set[str]) -> str:
 def run_detail(request, name):
     run = get_object_or_404(Run.objects.select_related("cluster"), name=name)
     now = timezone.now()
+    # Goodput, charts and the advisor's measured costs come from the cache while the run's record is unchanged.
+    version = selectors.run_record_version(run=run)
+    limit = None if request.GET.get("interruptions") == "all" else INTERRUPTIONS_SHOWN
     context = {
         "run": run,
         "attempts": selectors.attempts_latest(run=run, limit=20),
@@ -99,8 +103,8 @@ def run_detail(request, name):
         "checkpoints": run.checkpoints.order_by("-step")[:20],
         # A long run has hundreds of interruptions: the latest few unless all are asked for (rendering 477 rows
         # was most of the page's time on the 54-day run).
-        **_goodput_context(run, now, limit=None if request.GET.get("interruptions") == "all" else INTERRUPTIONS_SHOWN),
-        **_advisor_context(run, now, form=None),
+        **_goodput_context(run, now, limit=limit, version=version),
+        **_advisor_context(run, now, form=None, version=version),
     }
     return render(request, "runs/run_detail.html", context)
 
@@ -110,16 +114,27 @@ def run_advisor(request, name):
     """The what-if form: the advisor section again, for the values typed in (htmx) or the record's."""
     run = get_object_or_404(Run, name=name)
     form = WhatIfForm(request.GET) if request.GET else None
-    context = {"run": run, **_advisor_context(run, timezone.now(), form=form)}
+    version = selectors.run_record_version(run=run)
+    context = {"run": run, **_advisor_context(run, timezone.now(), form=form, version=version)}
     return render(request, "runs/run_detail.html#advisor", context)
 
 
-def _goodput_context(run: Run, now, *, limit: int | None) -> dict:
+def _goodput_context(run: Run, now, *, limit: int | None, version: str | None) -> dict:
     if run.started_at is None:
         return {"report": None}
-    timeline = selectors.run_timeline_get(run=run)
-    report = selectors.run_goodput_get(run=run, since=None, until=None, now=now, timeline=timeline)
-    all_costs = goodput.interruption_costs(timeline, now=now)
+    if run.ended_at is None:
+        # Still going: the figures grow with `now` and are computed each time; the rows they come from keep.
+        timeline = selectors.run_record_cached(
+            run=run, version=version, part="timeline", compute=lambda: selectors.run_timeline_get(run=run)
+        )
+        figures = _goodput_figures(run, timeline, now)
+    else:
+        # Ended: nothing below depends on `now` any more (the engine stops at ended_at).
+        def compute():
+            return _goodput_figures(run, selectors.run_timeline_get(run=run), now)
+
+        figures = selectors.run_record_cached(run=run, version=version, part="goodput", compute=compute)
+    all_costs = figures["costs"]
     costs = {c.number: c for c in all_costs}
     interruptions = list(run.interruptions.select_related("node", "gpu").order_by("-number")[:limit])
     # The run's playbook executions and their steps in two queries, then shared out as Interruption.playbooks does.
@@ -133,24 +148,29 @@ def _goodput_context(run: Run, now, *, limit: int | None) -> dict:
             for execution in executions
             if interruption.fault_at <= execution.started_at <= until
         ]
+    return {**figures, "interruptions": interruptions, "interruption_count": len(all_costs)}
+
+
+def _goodput_figures(run: Run, timeline: goodput.RunTimeline, now) -> dict:
+    """The run's goodput report, each interruption's cost and the two charts: what the run page computes."""
+    report = selectors.run_goodput_get(run=run, since=None, until=None, now=now, timeline=timeline)
+    costs = goodput.interruption_costs(timeline, now=now)
     # Every fault on the chart, shown in the table or not: the costs carry their number, time and cause.
-    faults = [{"at": c.fault_at, "label": f"#{c.number} {cause_label(c.cause)}"} for c in reversed(all_costs)]
+    faults = [{"at": c.fault_at, "label": f"#{c.number} {cause_label(c.cause)}"} for c in reversed(costs)]
+    timeline_figure = charts.run_timeline(
+        started_at=run.started_at, until=run.ended_at or now, lost=goodput.segments(timeline, now=now), faults=faults
+    )
     return {
         "report": report,
-        "interruptions": interruptions,
-        "interruption_count": len(all_costs),
-        "goodput_figure": charts.goodput_bar(report.total),
-        "timeline_figure": charts.run_timeline(
-            started_at=run.started_at,
-            until=run.ended_at or now,
-            lost=goodput.segments(timeline, now=now),
-            faults=faults,
-        ),
+        "costs": costs,
+        # As <script> elements, escaped once here: json_script on the 54-day run's timeline (~250 kB) took ~20 ms.
+        "goodput_figure": json_script(charts.goodput_bar(report.total), "goodput-figure"),
+        "timeline_figure": json_script(timeline_figure, "timeline-figure"),
     }
 
 
-def _advisor_context(run: Run, now, *, form: WhatIfForm | None) -> dict:
-    inputs = selectors.run_advice_inputs_get(run=run, now=now)
+def _advisor_context(run: Run, now, *, form: WhatIfForm | None, version: str | None = None) -> dict:
+    inputs = selectors.run_advice_inputs_get(run=run, now=now, version=version)
     if form is None:
         initial = {
             "delta_s": _round(inputs.delta_s),

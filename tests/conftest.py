@@ -3,6 +3,7 @@ import socket
 from urllib.parse import urlparse
 
 import pytest
+from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from fleetops.celery import app as celery_app
@@ -37,6 +38,13 @@ def make_token(name: str, scopes: list[str]) -> str:
     token = row.set_new_token()
     row.save()
     return token
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    """Each test starts with an empty cache: a record rebuilt by the next test (pks reused, time frozen) could
+    otherwise match a cached version of the last one's."""
+    cache.clear()
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 import json
 import re
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group
@@ -129,6 +130,58 @@ def test_the_board_stops_polling_when_nothing_is_open(oncall, db):
     assert 'hx-trigger="incidents-changed from:body"' in html  # but reloads once when the nav sees a new one
     page = oncall.get("/incidents/").content.decode()
     assert "every 5s" not in page and "No open incidents." in page
+
+
+def _many_incidents(severity: str, count: int, *, status: str = "triggered") -> list[Incident]:
+    """`count` incidents, the first the newest (started a minute apart)."""
+    now = timezone.now()
+    return Incident.objects.bulk_create(
+        Incident(
+            title=f"{severity} #{n}", group_key=f"{severity}:{status}:{n}", severity=severity, status=status,
+            started_at=now - timedelta(minutes=n), detected_at=now,
+        )
+        for n in range(count)
+    )  # fmt: skip
+
+
+def _rows(html: str) -> list[str]:
+    return re.findall(r'<tr id="incident-(\d+)"', html)
+
+
+def test_the_board_shows_50_incidents_a_page_and_links_the_others(oncall, db):
+    sev1 = _many_incidents("SEV1", 3)
+    sev3 = _many_incidents("SEV3", 117)
+    _many_incidents("SEV2", 5, status="resolved")  # not on the default board, on no page of it
+    order = [str(i.pk) for i in sev1 + sev3]  # most severe first, then newest first
+    first = oncall.get("/incidents/").content.decode()
+    assert _rows(first) == order[:50]
+    assert "1–50 of 120" in first and "3 incidents" in first and "47 of 117 incidents" in first
+    assert "<b>3</b> SEV1" in first and "<b>117</b> SEV3" in first  # counts of every page, not of this one
+    assert 'href="/incidents/?page=2" hx-get="/incidents/?page=2"' in first and "previous" not in first
+    second = oncall.get("/incidents/?page=2", HTTP_HX_REQUEST="true")
+    html = second.content.decode()
+    assert second.status_code == 200 and html.lstrip().startswith('<section id="incident-list"')
+    assert _rows(html) == order[50:100] and "51–100 of 120" in html
+    assert 'hx-get="/incidents/?page=2"' in html and 'hx-trigger="every 5s,' in html  # the poll keeps its page
+    assert 'href="/incidents/?page=1"' in html and 'href="/incidents/?page=3"' in html
+    last = oncall.get("/incidents/?page=3").content.decode()
+    assert _rows(last) == order[100:] and "101–120 of 120" in last and "next" not in last
+    assert _rows(oncall.get("/incidents/?page=7").content.decode()) == order[100:]  # past the end: the last page
+    filtered = oncall.get("/incidents/?severity=SEV3&page=2").content.decode()
+    assert _rows(filtered) == order[53:103] and 'href="/incidents/?severity=SEV3&amp;page=3"' in filtered
+
+
+def test_the_board_refuses_a_page_that_is_not_a_number(oncall, db):
+    for bad in ("0", "-1", "two", "1.5", "", "１"):
+        response = oncall.get("/incidents/", {"page": bad})
+        assert response.status_code == 400, bad
+        assert response.content.decode() == "page: a whole number of 1 or more"
+
+
+def test_a_board_that_fits_on_one_page_has_no_page_links(oncall, db):
+    _many_incidents("SEV2", 50)
+    html = oncall.get("/incidents/").content.decode()
+    assert len(_rows(html)) == 50 and 'id="board-pager"' not in html and "50 incidents" in html
 
 
 def test_the_open_count_tells_the_page_when_an_incident_opens(oncall, db):
