@@ -1,3 +1,4 @@
+import json
 import os
 import socket
 from urllib.parse import urlparse
@@ -52,6 +53,23 @@ def writer(db) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION="Bearer " + make_token("writer", ["events:write", "read"]))
     return client
+
+
+@pytest.fixture
+def post(writer, django_capture_on_commit_callbacks):
+    """post(events): through POST /api/v1/events as the writer, 5,000 a batch, each applied on commit in-process."""
+
+    def send(events):
+        for start in range(0, len(events), 5000):
+            with django_capture_on_commit_callbacks(execute=True):
+                response = writer.post(
+                    "/api/v1/events",
+                    json.dumps(events[start : start + 5000]),
+                    content_type="application/cloudevents-batch+json",
+                )
+            assert response.status_code in (200, 202), response.content
+
+    return send
 
 
 @pytest.fixture

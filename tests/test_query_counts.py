@@ -5,7 +5,6 @@ interruptions, Xid events, alerts, incidents, action items, deliveries), counts 
 count, and a count under the page's recorded cap.
 """
 
-import json
 from datetime import timedelta
 
 import pytest
@@ -95,16 +94,6 @@ def run_story(run: int, failures: range, *, nodes: int) -> list[dict]:
         add("run.started", t + 55, f"{k}-restart", run=name, cluster="c1", gpus=8 * nodes, nodes=hosts, job_id=f"{k}")
         add("run.restored", t + 58, f"{k}-restored", run=name, from_step=2 * k + 1)
     return e
-
-
-@pytest.fixture
-def post(writer, django_capture_on_commit_callbacks):
-    def send(events):
-        with django_capture_on_commit_callbacks(execute=True):
-            response = writer.post("/api/v1/events", json.dumps(events), content_type=BATCH)
-        assert response.status_code in (200, 202), response.content
-
-    return send
 
 
 @pytest.fixture

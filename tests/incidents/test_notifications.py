@@ -63,18 +63,6 @@ def receiver():
         r.close()
 
 
-@pytest.fixture
-def post(writer, django_capture_on_commit_callbacks):
-    def send(events):
-        with django_capture_on_commit_callbacks(execute=True):
-            response = writer.post(
-                "/api/v1/events", json.dumps(events), content_type="application/cloudevents-batch+json"
-            )
-        assert response.status_code in (200, 202), response.content
-
-    return send
-
-
 def _endpoint(url="http://127.0.0.1:9/hook", **fields) -> WebhookEndpoint:
     return WebhookEndpoint.objects.create(name=fields.pop("name", "hook"), url=url, **fields)
 

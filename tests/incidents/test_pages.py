@@ -21,16 +21,6 @@ BATCH = "application/cloudevents-batch+json"
 
 
 @pytest.fixture
-def post(writer, django_capture_on_commit_callbacks):
-    def send(events):
-        with django_capture_on_commit_callbacks(execute=True):
-            response = writer.post("/api/v1/events", json.dumps(events), content_type=BATCH)
-        assert response.status_code in (200, 202), response.content
-
-    return send
-
-
-@pytest.fixture
 def incident(post) -> Incident:
     """Run r1 failed on n2 (Xid 79 storm), the scheduler cordoned n2: one SEV3 incident, three alerts firing."""
     post(story_until_failure() + xid_storm(20))

@@ -28,16 +28,6 @@ def oncall(client, django_user_model):
 
 
 @pytest.fixture
-def post(writer, django_capture_on_commit_callbacks):
-    def send(events):
-        with django_capture_on_commit_callbacks(execute=True):
-            response = writer.post("/api/v1/events", json.dumps(events), content_type=BATCH)
-        assert response.status_code in (200, 202), response.content
-
-    return send
-
-
-@pytest.fixture
 def record(post):
     """Run r1: fails at +45 min, back from step 3 (blocked 00:30:00-00:30:20) by +58, completed at +120."""
     post(failure_and_restart())
