@@ -1,6 +1,6 @@
 """Bearer-token authentication and scope permissions for the REST API."""
 
-from datetime import UTC
+from datetime import UTC, timedelta
 
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -9,6 +9,8 @@ from rest_framework import authentication, exceptions, permissions
 from fleetops.roles import can_act
 
 from ..models import ApiToken
+
+LAST_USED_RESOLUTION = timedelta(minutes=1)  # ApiToken.last_used_at is kept to this
 
 
 def token_authenticate(token: str) -> tuple[ApiToken | None, str]:
@@ -25,7 +27,9 @@ def token_authenticate(token: str) -> tuple[ApiToken | None, str]:
         return None, f"API token revoked at {row.revoked_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC."
     if row.expires_at is not None and row.expires_at <= now:
         return None, f"API token expired at {row.expires_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC."
-    ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
+    if row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION:
+        # Not on every request: an agent posting several batches a second would write the same row each time.
+        ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
     return row, ""
 
 

@@ -16,7 +16,7 @@ from ..domain.cloudevents import parse_events
 from ..models import Node, Run
 from . import serializers as s
 from .auth import EventsWriteScope
-from .base import InvalidEvents, PayloadTooLarge
+from .base import InvalidEvents
 
 
 class EventsJSONParser(StrictJSONParser):
@@ -51,8 +51,6 @@ def events_create(request):
     length = request.META.get("CONTENT_LENGTH") or "0"
     if not length.isdigit():
         raise exceptions.ParseError("Content-Length must be a whole number of bytes.")
-    if int(length) > settings.EVENTS_MAX_BODY_BYTES:
-        raise PayloadTooLarge(f"Request body is over the limit of {settings.EVENTS_MAX_BODY_BYTES} bytes.")
     events, problems = parse_events(request.data, max_batch=settings.EVENTS_MAX_BATCH)
     if problems:
         raise InvalidEvents(problems)
