@@ -134,6 +134,10 @@ class Attempt(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
     end_reason = models.CharField(max_length=20, blank=True)
     resumed_from_step = models.PositiveBigIntegerField(null=True, blank=True)
+    # The id of the run.started event this attempt began with: while it stays the same, so do the attempt's nodes,
+    # and a rebuild of the run need not read its 2,048 hostnames again. Not a foreign key: retention and rebuilds
+    # delete events in bulk, and nothing follows this link but the rebuild's comparison.
+    start_event_id = models.BigIntegerField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["run", "number"]

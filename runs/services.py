@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 import psycopg
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Case, DateTimeField, F, Q, Value, When
+from django.db.models import Case, DateTimeField, F, Func, JSONField, Q, Value, When
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
@@ -347,12 +347,12 @@ def _apply_heartbeats(events: list[Event]) -> None:
     forward (the greater of the stored time and the event's), as `_apply_heartbeat` does one at a time."""
     if not events:
         return
-    naming = {e.node_name: e.data["cluster"] for e in events if e.data.get("cluster")}
-    if naming:
-        for hostname in Node.objects.filter(hostname__in=naming, cluster__isnull=True).values_list(
-            "hostname", flat=True
-        ):
-            _node(hostname, naming[hostname])
+    naming: dict[str, list[str]] = {}  # cluster -> the nodes that name it, set where a node has no cluster yet
+    for e in events:
+        if e.data.get("cluster"):
+            naming.setdefault(e.data["cluster"], []).append(e.node_name)
+    for cluster_name, hostnames in naming.items():
+        Node.objects.filter(hostname__in=hostnames, cluster__isnull=True).update(cluster=_cluster(cluster_name))
     # _lock_subjects created and locked these nodes.
     sent = Case(*(When(hostname=e.node_name, then=Value(e.time)) for e in events), output_field=DateTimeField())
     Node.objects.filter(hostname__in=[e.node_name for e in events]).update(
@@ -456,11 +456,21 @@ APPLIERS = {
 
 
 def run_lifecycle_rebuild(*, run: Run) -> None:
-    """Bring the run's state, attempts and interruptions in line with all its lifecycle events."""
+    """Bring the run's state, attempts and interruptions in line with all its lifecycle events.
+
+    The events are read without their node lists (2,048 hostnames a start on a big run): an attempt's nodes are read
+    from its start event only when that event is new to it, so a rebuild costs the number of events, not of hosts.
+    """
     rows = Event.objects.filter(run_name=run.name, type__in=lifecycle.LIFECYCLE_TYPES).values_list(
-        "time", "type", "data", "source", "event_id"
+        "pk", "time", "type", _WithoutNodes("data"), "source", "event_id"
     )
-    derived = lifecycle.derive([lifecycle.LifecycleEvent(*row) for row in rows])
+    pks = {}
+    events = []
+    for pk, *fields in rows:
+        event = lifecycle.LifecycleEvent(*fields)
+        pks[(event.source, event.id)] = pk
+        events.append(event)
+    derived = lifecycle.derive(events)
     settings = derived.settings
     run.state, run.started_at, run.ended_at = derived.state, derived.started_at, derived.ended_at
     if "cluster" in settings:
@@ -470,16 +480,28 @@ def run_lifecycle_rebuild(*, run: Run) -> None:
     run.checkpoint_interval_s = settings.get("checkpoint_interval_s", run.checkpoint_interval_s)
     run.save()
 
-    hostnames = sorted(
-        {h for a in derived.attempts for h in a.nodes} | {i.node for i in derived.interruptions if i.node}
-    )
-    node_ids = _node_ids(hostnames, run.cluster_id if "cluster" in settings else None)
-    attempts = _sync_attempts(run, derived.attempts, node_ids)
+    cluster_id = run.cluster_id if "cluster" in settings else None
+    attempts = _sync_attempts(run, derived.attempts, pks, cluster_id)
+    node_ids = _node_ids(sorted({i.node for i in derived.interruptions if i.node}), cluster_id)
     _sync_interruptions(run, derived.interruptions, attempts, node_ids)
+
+
+class _WithoutNodes(Func):
+    """A JSON column without its top-level "nodes" key, taken out by the database."""
+
+    output_field = JSONField()
+
+    def as_postgresql(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="(%(expressions)s - 'nodes')", **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="json_remove(%(expressions)s, '$.nodes')", **extra)
 
 
 def _node_ids(hostnames: list[str], cluster_id: int | None) -> dict[str, int]:
     """hostname -> Node id for every node the run touched, created if new: a few queries, however many nodes."""
+    if not hostnames:
+        return {}
     _create_missing(Node, "hostname", hostnames)
     if cluster_id is not None:
         Node.objects.filter(hostname__in=hostnames, cluster__isnull=True).update(cluster_id=cluster_id)
@@ -520,7 +542,11 @@ def _sync(model, run: Run, wanted: dict[int, dict]) -> dict[int, object]:
     return result
 
 
-def _sync_attempts(run: Run, derived: list[lifecycle.Attempt], node_ids: dict[str, int]) -> dict[int, Attempt]:
+def _sync_attempts(
+    run: Run, derived: list[lifecycle.Attempt], pks: dict[tuple[str, str], int], cluster_id: int | None
+) -> dict[int, Attempt]:
+    """The run's attempts as derived; the nodes of an attempt whose start event changed (or is new) set anew."""
+    before = dict(Attempt.objects.filter(run=run).values_list("number", "start_event_id"))
     wanted = {
         a.number: {
             "job_id": a.job_id,
@@ -528,20 +554,25 @@ def _sync_attempts(run: Run, derived: list[lifecycle.Attempt], node_ids: dict[st
             "ended_at": a.ended_at,
             "end_reason": a.end_reason,
             "resumed_from_step": a.resumed_from_step,
+            "start_event_id": pks[a.started_by],
         }
         for a in derived
     }
     attempts = _sync(Attempt, run, wanted)
-    members = {}
-    for attempt_id, node_id in Attempt.nodes.through.objects.filter(attempt__run=run).values_list(
-        "attempt_id", "node_id"
-    ):
-        members.setdefault(attempt_id, set()).add(node_id)
-    for a in derived:
-        row = attempts[a.number]
-        wanted_nodes = {node_ids[h] for h in a.nodes}
-        if members.get(row.pk, set()) != wanted_nodes:
-            row.nodes.set(wanted_nodes)
+    moved = {attempts[n].pk: v["start_event_id"] for n, v in wanted.items() if before.get(n) != v["start_event_id"]}
+    if moved:
+        hosts_of = dict(Event.objects.filter(pk__in=set(moved.values())).values_list("pk", "data__nodes"))
+        node_ids = _node_ids(sorted({h for hosts in hosts_of.values() for h in hosts}), cluster_id)
+        members = Attempt.nodes.through
+        members.objects.filter(attempt_id__in=moved).delete()
+        members.objects.bulk_create(
+            [
+                members(attempt_id=attempt_id, node_id=node_ids[h])
+                for attempt_id, event_pk in moved.items()
+                for h in sorted(set(hosts_of[event_pk]))
+            ],
+            batch_size=10_000,
+        )
     return attempts
 
 

@@ -36,7 +36,8 @@ class Attempt:
     number: int
     started_at: datetime
     job_id: str
-    nodes: list[str]
+    nodes: list[str]  # empty when the caller left the start event's node list out (the record fetches it once)
+    started_by: tuple[str, str] = ("", "")  # (source, id) of the run.started event that began it
     ended_at: datetime | None = None
     end_reason: str = ""  # failed, completed, cancelled, superseded
     resumed_from_step: int | None = None
@@ -85,7 +86,9 @@ def derive(events: list[LifecycleEvent]) -> Lifecycle:
         if event.type == "run.started":
             if open_attempt is not None:
                 _close(open_attempt, at, "superseded")
-            open_attempt = Attempt(len(attempts) + 1, at, data["job_id"], list(data["nodes"]))
+            open_attempt = Attempt(
+                len(attempts) + 1, at, data["job_id"], list(data.get("nodes", ())), (event.source, event.id)
+            )
             attempts.append(open_attempt)
             if waiting is not None:
                 waiting.running_at = at

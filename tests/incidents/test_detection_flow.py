@@ -83,8 +83,9 @@ def test_heartbeat_loss_and_return(post):
     assert detection.heartbeats_detect(now=at(10)) == 1
     alert = Alert.objects.get(kind="heartbeat")
     assert alert.status == "firing" and alert.incident.group_key == "node:lonely"
-    post([event("node.heartbeat", at(11), "hb2", node="lonely")])
-    assert Alert.objects.get(kind="heartbeat").status == "resolved"
+    post([event("node.heartbeat", at(12), "hb3", node="lonely"), event("node.heartbeat", at(11), "hb2", node="lonely")])
+    alert.refresh_from_db()
+    assert (alert.status, alert.resolved_at) == ("resolved", at(11))  # cleared by the first heartbeat back
 
 
 def test_an_incident_cannot_be_resolved_while_an_alert_fires_unless_overridden(post, django_user_model):
