@@ -1,5 +1,6 @@
 """Reads of the fleet record for pages and the API."""
 
+import functools
 import hashlib
 import re
 from collections.abc import Callable
@@ -45,8 +46,9 @@ class RackRow:
     nodes: list[tuple[str, str]]  # (hostname, state), in natural hostname order
 
 
+@functools.lru_cache(maxsize=65_536)
 def _natural(text: str) -> tuple:
-    """gpu-2 before gpu-10: digits compare as numbers."""
+    """gpu-2 before gpu-10: digits compare as numbers. Kept per name: the overview sorts every node on each load."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
 

@@ -211,3 +211,28 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds a process has used so far (Linux /proc): how much of a core it got."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU seconds the local PostgreSQL server has used so far: every live postgres process, plus what the
+    postmaster counts for its children that exited (a backend ends with its connection). Zero if none is local."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # the process ended while we looked
+            continue
+        name, rest = text[text.index("(") + 1 : text.rindex(")")], text.rsplit(")", 1)[1].split()
+        if name != "postgres" and not name.startswith("postgres:"):
+            continue
+        ticks += int(rest[11]) + int(rest[12])
+        if rest[1] == "1" or not _is_postgres(rest[1]):  # the postmaster: add its reaped children's time
+            ticks += int(rest[13]) + int(rest[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _is_postgres(pid: str) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip().startswith("postgres")
+    except OSError:
+        return False

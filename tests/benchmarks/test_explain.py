@@ -374,7 +374,7 @@ def test_the_hot_queries_use_indexes(explain_table):
     _check("node page: Xid history", lambda: selectors.node_xid_events(node=node))
     _check(
         "overview: repair hours",
-        lambda: incident_selectors._repair_hours(Cluster.objects.get(name=CLUSTER).pk),
+        incident_selectors._repair_hours,
         setup=setup_run,
     )
     _check("watchdog: hangs", lambda: detection.hangs_detect(now=now), setup=setup_run)

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group
+from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -369,6 +370,7 @@ def test_the_overview_grid_costs_the_same_queries_at_any_size(oncall, db):
     with CaptureQueriesContext(connection) as small:
         assert oncall.get("/").status_code == 200
     Node.objects.bulk_create(Node(hostname=f"big-{i:04d}", rack=f"b{i // 32:02d}") for i in range(2048))
+    cache.clear()  # both counts with a cold cache (the spare pools keep their repair times in it)
     with CaptureQueriesContext(connection) as large:
         html = oncall.get("/").content.decode()
     assert len(large) == len(small)

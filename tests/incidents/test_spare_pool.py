@@ -2,6 +2,7 @@
 
 import pytest
 import time_machine
+from django.core.cache import cache
 
 from incidents.domain.playbooks import spares_needed
 from incidents.selectors import spare_pools_get
@@ -60,3 +61,20 @@ def test_the_overview_warns_when_the_pool_is_short(post, client, django_user_mod
     cluster = Cluster.objects.get(name="c1")
     assert f'id="spare-pool-{cluster.pk}"' in html and "Hot spares <strong>0</strong> of" in html
     assert "short</span>" in html
+
+
+def test_spares_are_counted_live_while_repair_times_come_from_the_cache(post):
+    post([event("run.started", at(0), "s0", run="r", cluster="c1", gpus=8, nodes=["n1", "n2"], job_id="1")])
+    (before,) = spare_pools_get(now=at(600)).values()
+    post(
+        [
+            event("node.state", at(100), "rep", node="n2", state="in_repair", reason="rma", cluster="c1"),
+            event("node.state", at(160), "back", node="n2", state="hot_spare", reason="gate passed", cluster="c1"),
+        ]
+    )
+    (after,) = spare_pools_get(now=at(600)).values()
+    assert (before.spares, after.spares) == (0, 1)  # the spare counts at once
+    assert (after.repair_hours, after.repair_measured) == (before.repair_hours, False)  # its repair, in a while
+    cache.clear()
+    (later,) = spare_pools_get(now=at(600)).values()
+    assert (later.repair_hours, later.repair_measured) == (1.0, True)
