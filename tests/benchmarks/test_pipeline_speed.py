@@ -34,9 +34,12 @@ from .servers import celery_workers, cpu_seconds, postgres_cpu_seconds, purge_qu
 
 RUNS = 8
 GPUS = 1024  # per run: 128 nodes
-DAYS = 2.0
+DAYS = 4.0
 RATE = LLAMA3_RATE_PER_GPU_HOUR * 20  # about 20 interruptions a run: restarts are what re-derives a lifecycle
 BATCH = 1000
+# Two workers' rate against one worker's, at least: "close to twice" (issue #8) on a machine whose 2 cores also run
+# PostgreSQL. One worker keeps about 1.1 cores busy (itself and the database), so two would need 2.2 for exactly 2x.
+SCALING_BOUND = 1.6
 INGEST_QUEUE = celery_app.conf.task_routes["runs.tasks.*"]["queue"]
 
 
@@ -213,22 +216,15 @@ def test_apply_one_worker_against_two(bench_database):
         f"1 worker {rate['one']:,.0f} events/s",
         f"{rate['two'] / rate['one']:.2f}x one worker; records identical to in-process (no double counting)",
     )
-    # What the machine allows: each event costs worker CPU and PostgreSQL CPU, both on these cores. At one
-    # worker's cost an event, all the cores together apply at most cores / cost events a second; two workers
-    # can reach twice one worker's rate only where that ceiling is above it.
+    # What the cores allow: at one worker's CPU an event (its own and PostgreSQL's), all the cores together apply at
+    # most cores / cost events a second, whatever the number of workers.
     cores = os.cpu_count()
-    cost = (one[3] + one[4]) / count
-    ceiling = cores / cost
-    report(
-        "apply: CPU an event, 1 worker",
-        f"{one[3] * 1000 / count:.2f} ms worker + {one[4] * 1000 / count:.2f} ms PostgreSQL",
-        note=f"at that cost {cores} cores apply at most {ceiling:,.0f} events/s",
-    )
+    ceiling = cores * count / (one[3] + one[4])
     report(
         "apply: 2 workers against what the cores allow",
         f"{rate['two'] / min(ceiling, 2 * rate['one']):.2f}",
-        f"min(2 x 1 worker, the {cores}-core ceiling) = {min(ceiling, 2 * rate['one']):,.0f} events/s",
-        "1.00 = perfect scaling on this machine",
+        f"min(2 x 1 worker, {cores} cores / CPU an event) = {min(ceiling, 2 * rate['one']):,.0f} events/s",
+        "1.00: the second worker added all it could on this machine",
     )
     for label, (wall, waiting, active, cpu, pg_cpu, load) in (("1 worker", one), ("2 workers", two)):
         report(
@@ -239,6 +235,11 @@ def test_apply_one_worker_against_two(bench_database):
         report(
             f"apply: {label}, worker CPU",
             f"{cpu * 1000 / count:.2f} ms/event",
-            note=f"{cpu / wall:.2f} cores used of {cores} (PostgreSQL {pg_cpu / wall:.2f}); load average {load:.1f} "
-            "at the end",
+            note=f"workers used {cpu / wall:.2f} cores and PostgreSQL {pg_cpu / wall:.2f} of {cores}; load average "
+            f"{load:.1f} at the end",
         )
+    # Issue #8: two workers apply "close to twice the rate" of one. Where both share few cores with PostgreSQL
+    # the cores run out first: the CPU figures above say which it was.
+    assert rate["two"] >= SCALING_BOUND * rate["one"], (
+        f"two workers applied {rate['two'] / rate['one']:.2f}x one worker's rate, under {SCALING_BOUND}x"
+    )
