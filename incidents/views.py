@@ -4,8 +4,6 @@ Anyone signed in reads; acting needs the oncall or admin role (fleetops.roles.ca
 changes nothing but leaves an audit entry (services.action_refused) and answers 403.
 """
 
-from math import ceil
-
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
@@ -18,6 +16,7 @@ from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling, trigger_client_event
 
+from fleetops import paging
 from fleetops.roles import can_act, is_admin
 
 from . import selectors, services
@@ -42,16 +41,13 @@ def _partial(request, template: str, context: dict, *, polling: bool) -> HttpRes
 @vary_on_headers("HX-Request")
 def board(request):
     form = BoardFilterForm(request.GET)
-    page = _page_number(request.GET.get("page", "1"))
-    if page is None:
-        return HttpResponseBadRequest("page: a whole number of 1 or more", content_type="text/plain")
     filters = form.selector_kwargs()
     counts = selectors.incident_counts_get(**filters)
     total = sum(count.total for count in counts)
-    # A page past the end (the list shrank while it was open, polling) shows the last one.
-    page = min(page, max(1, ceil(total / BOARD_PAGE)))
-    first = (page - 1) * BOARD_PAGE
-    rows = selectors.incidents_list(**filters).prefetch_related("nodes")[first : first + BOARD_PAGE]
+    page = paging.page_get(request, total=total, size=BOARD_PAGE)
+    if page is None:
+        return HttpResponseBadRequest("page: a whole number of 1 or more", content_type="text/plain")
+    rows = selectors.incidents_list(**filters).prefetch_related("nodes")[page.first : page.first + page.size]
     incidents, now = list(rows), timezone.now()
     impacts = selectors.incident_impacts_get(incidents=incidents, now=now)
     for incident in incidents:
@@ -64,7 +60,7 @@ def board(request):
         "severity_counts": [(count.severity, count.open) for count in counts],
         "polling": polling,
         "query": request.GET.urlencode(),
-        "pager": _pager(request, page=page, first=first, shown=len(incidents), total=total),
+        "pager": paging.pager(request, "incident-board", page, shown=len(incidents), total=total),
         "now": now,
         # One reverse per kind of link, not three a row: 200 rows made 600 reverse() calls, a tenth of the board.
         "urls": {name.replace("-", "_"): reverse(name, args=[arg])[: -len(str(arg))] for name, arg in _LINKS},
@@ -76,10 +72,6 @@ def board(request):
     return render(request, "incidents/board.html", context)
 
 
-def _page_number(text: str) -> int | None:
-    return int(text) if text.isascii() and text.isdigit() and 0 < int(text) < 10**6 else None
-
-
 def _severity_groups(incidents: list[Incident], counts: list[selectors.SeverityCount]) -> list[tuple]:
     """(severity, its incidents on this page, how many match on all pages), for the severities on this page."""
     totals = {count.severity: count.total for count in counts}
@@ -87,25 +79,6 @@ def _severity_groups(incidents: list[Incident], counts: list[selectors.SeverityC
     for incident in incidents:  # in severity order already
         groups.setdefault(incident.severity, []).append(incident)
     return [(severity, rows, totals.get(severity, len(rows))) for severity, rows in groups.items()]
-
-
-def _pager(request, *, page: int, first: int, shown: int, total: int) -> dict | None:
-    """Links to the pages either side, keeping the filters; None when everything fits on one page."""
-    if total <= BOARD_PAGE:
-        return None
-    query = request.GET.copy()
-
-    def link(number: int) -> str:
-        query["page"] = str(number)
-        return f"{reverse('incident-board')}?{query.urlencode()}"
-
-    return {
-        "first": first + 1,
-        "last": first + shown,
-        "total": total,
-        "previous": link(page - 1) if page > 1 else None,
-        "next": link(page + 1) if first + shown < total else None,
-    }
 
 
 def open_count(request):

@@ -10,7 +10,19 @@ from typing import TypeVar
 
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import BooleanField, Count, ExpressionWrapper, IntegerField, Max, Min, OuterRef, Q, Subquery, Sum
+from django.db.models import (
+    BooleanField,
+    Count,
+    ExpressionWrapper,
+    F,
+    IntegerField,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+)
 from django.db.models.functions import Coalesce
 
 from .domain import advisor, goodput
@@ -102,9 +114,10 @@ def _count_per_run(rows) -> Coalesce:
     return Coalesce(Subquery(counted, output_field=IntegerField()), 0)
 
 
-def runs_list(*, state: str = "") -> list[Run]:
+def runs_list(*, state: str = "", first: int = 0, limit: int | None = None) -> list[Run]:
+    """Runs newest first (not started yet at the top), rows [first, first + limit), each with its counts."""
     # Subqueries, not joins: joining attempts and interruptions together multiplies them (478 x 477 rows for a
-    # 54-day run) before COUNT(DISTINCT) undoes it, ~0.6 s.
+    # 54-day run) before COUNT(DISTINCT) undoes it, ~0.6 s. The counts are computed for the rows of the page only.
     runs = Run.objects.select_related("cluster").annotate(
         attempt_count=_count_per_run(Attempt.objects.all()),
         interruption_count=_count_per_run(Interruption.objects.all()),
@@ -112,7 +125,14 @@ def runs_list(*, state: str = "") -> list[Run]:
     )
     if state:
         runs = runs.filter(state=state)
-    return list(runs.order_by("-started_at", "name"))
+    # The id last: a page (a slice) must not swap runs started at the same instant.
+    runs = runs.order_by(F("started_at").desc(nulls_first=True), "name", "id")
+    return list(runs[first : None if limit is None else first + limit])
+
+
+def runs_count(*, state: str = "") -> int:
+    runs = Run.objects.all()
+    return (runs.filter(state=state) if state else runs).count()
 
 
 def attempts_latest(*, run: Run, limit: int = 20) -> list[Attempt]:

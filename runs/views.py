@@ -9,6 +9,7 @@ from urllib.parse import quote
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db.models import Prefetch
+from django.http import HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
@@ -16,6 +17,7 @@ from django.utils.html import json_script
 from django.utils.safestring import mark_safe
 from django.views.decorators.vary import vary_on_headers
 
+from fleetops import paging
 from incidents import selectors as incident_selectors
 from incidents.domain.xid import XidSample, dedupe_xids
 from incidents.models import StepExecution
@@ -26,6 +28,7 @@ from .domain.taxonomy import cause_label
 from .forms import WhatIfForm, WindowForm
 from .models import Node, Run
 
+RUNS_PAGE = 25  # rows of the overview's run table a page: a fleet's months of runs are ?page=2 and on
 INTERRUPTIONS_SHOWN = 20  # the run page's latest interruptions, as many as attempts and checkpoints; ?interruptions=all
 
 
@@ -35,13 +38,21 @@ def overview(request):
     state = request.GET.get("state", "")
     if state not in Run.State.values:
         state = ""
+    total = selectors.runs_count(state=state)
+    page = paging.page_get(request, total=total, size=RUNS_PAGE)
+    if page is None:
+        return HttpResponseBadRequest("page: a whole number of 1 or more", content_type="text/plain")
+    runs = selectors.runs_list(state=state, first=page.first, limit=page.size)
     context = {
-        "runs": selectors.runs_list(state=state),
+        "runs": runs,
         "run_states": Run.State.values,
         "state": state,
+        "pager": paging.pager(request, "overview", page, shown=len(runs), total=total),
+        # What the table's poll asks for: this page, with its filter.
+        "table_url": reverse("overview") + (f"?{request.GET.urlencode()}" if request.GET else ""),
         "pending_events": selectors.events_pending_count(),
     }
-    if request.htmx:
+    if request.htmx and not request.htmx.history_restore_request:
         return render(request, "runs/overview.html#run-table", context)
     context |= {
         "clusters": selectors.node_states_by_cluster(),

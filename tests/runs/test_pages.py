@@ -50,6 +50,32 @@ def test_the_overview_answers_htmx_with_the_run_table_only(oncall, record):
     assert response.headers["Vary"].count("HX-Request") == 1
 
 
+def test_the_overview_pages_its_runs_newest_first(oncall, db):
+    from datetime import timedelta
+
+    from runs.models import Run
+    from tests.runs.scenario import T0
+
+    Run.objects.create(name="waiting")  # not started yet: at the top
+    Run.objects.bulk_create(
+        Run(name=f"r{i:02d}", state="running" if i % 2 else "completed", started_at=T0 + timedelta(hours=i))
+        for i in range(30)
+    )
+    first = oncall.get("/").content.decode()
+    shown = [f"r{i:02d}" for i in range(29, 5, -1)]  # 25 a page: "waiting", then r29 down to r06
+    assert first.index('href="/runs/waiting"') < first.index('href="/runs/r29"') < first.index('href="/runs/r06"')
+    assert all(f'href="/runs/{name}"' in first for name in shown) and 'href="/runs/r05"' not in first
+    assert "1–25 of 31 runs" in first and 'href="/?page=2" hx-get="/?page=2"' in first and "newer" not in first
+    second = oncall.get("/?page=2", HTTP_HX_REQUEST="true").content.decode()
+    assert second.lstrip().startswith('<div id="run-table" hx-get="/?page=2"')  # the poll keeps its page
+    assert all(f'href="/runs/r{i:02d}"' in second for i in range(6)) and "26–31 of 31 runs" in second
+    assert 'href="/?page=1"' in second and "older" not in second
+    assert "26–31 of 31 runs" in oncall.get("/?page=9").content.decode()  # past the end: the last page
+    running = oncall.get("/?state=running").content.decode()
+    assert 'id="run-pager"' not in running and 'href="/runs/r01"' in running and 'href="/runs/r02"' not in running
+    assert oncall.get("/?page=0").status_code == 400 and oncall.get("/?page=x").status_code == 400
+
+
 def test_the_run_page_shows_interruptions_with_minutes_per_stage(oncall, record):
     html = oncall.get("/runs/r1").content.decode()
     assert "Faulty GPU" in html and "1 min 00 s" in html and "9 min 00 s" in html and "3 min 00 s" in html
