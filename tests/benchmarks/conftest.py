@@ -191,7 +191,7 @@ def loaded_run(bench_database, stream) -> LoadedRun:
             )
         say(f"{BENCH_DATABASE} holds another stream under the same ids: rebuilding it")
         recreate_bench_database()
-    say(f"loading {len(stream.events):,} events through the intake's in-process path (about 10 minutes the first time)")
+    say(f"loading {len(stream.events):,} events through the intake's in-process path (a minute or two)")
     seconds = _load(stream.events)
     if _stored_state(stream.events) != "complete":
         pytest.fail("the simulated run did not load completely")
