@@ -76,6 +76,8 @@ def _detect(events: list[Event]) -> int:
         elif event.type == "run.restored":
             _run_restored(event)
         elif event.type == "node.state":
+            if event.node_name in heard:  # a heartbeat came first: it clears the node's alert, as it did in turn
+                _heartbeats_back({event.node_name: heard.pop(event.node_name)})
             recorded += _node_state(event)
         elif event.type == "node.heartbeat":
             heard.setdefault(event.node_name, event.time)  # events come in time order: the first is the earliest
@@ -100,7 +102,9 @@ def _heartbeats_back(heard: dict[str, datetime]) -> None:
 
     A chunk carries a heartbeat of most nodes (2,048 on a big fleet) and almost none has such an alert: one query
     finds the few, instead of two queries a heartbeat. Only the periodic watcher raises these alerts, never the
-    events of this chunk, so looking once for all of them sees what looking at each heartbeat in turn would.
+    events of this chunk, and the one other thing in a chunk that clears them, a node.state saying the node is
+    back, first clears its node's heartbeats seen before it: so looking once sees what looking at each heartbeat
+    in turn would.
     """
     if not heard:
         return

@@ -38,7 +38,10 @@ class RunAdmin(admin.ModelAdmin):
 class AttemptAdmin(admin.ModelAdmin):
     list_display = ["run", "number", "job_id", "started_at", "ended_at", "end_reason"]
     list_filter = ["end_reason"]
-    raw_id_fields = ["run", "nodes"]
+    raw_id_fields = ["run"]
+    # Derived from the attempt's run.started event, and kept while that event stays the attempt's start
+    # (runs.services._sync_attempts): an edit here would outlive every later rebuild of the run.
+    readonly_fields = ["nodes"]
 
 
 @admin.register(Interruption)

@@ -136,7 +136,8 @@ class Attempt(models.Model):
     resumed_from_step = models.PositiveBigIntegerField(null=True, blank=True)
     # The id of the run.started event this attempt began with: while it stays the same, so do the attempt's nodes,
     # and a rebuild of the run need not read its 2,048 hostnames again. Not a foreign key: retention and rebuilds
-    # delete events in bulk, and nothing follows this link but the rebuild's comparison.
+    # delete events in bulk, and nothing follows this link but the rebuild's comparison. So a membership changed by
+    # hand (deleting a node) stays so until the attempt's start changes or `manage.py rebuild_record` runs.
     start_event_id = models.BigIntegerField(null=True, blank=True, editable=False)
 
     class Meta:

@@ -352,7 +352,9 @@ def _apply_heartbeats(events: list[Event]) -> None:
         if e.data.get("cluster"):
             naming.setdefault(e.data["cluster"], []).append(e.node_name)
     for cluster_name, hostnames in naming.items():
-        Node.objects.filter(hostname__in=hostnames, cluster__isnull=True).update(cluster=_cluster(cluster_name))
+        unclaimed = Node.objects.filter(hostname__in=hostnames, cluster__isnull=True)
+        if unclaimed.exists():  # a cluster is made only for a node it claims, as one at a time did
+            unclaimed.update(cluster=_cluster(cluster_name))
     # _lock_subjects created and locked these nodes.
     sent = Case(*(When(hostname=e.node_name, then=Value(e.time)) for e in events), output_field=DateTimeField())
     Node.objects.filter(hostname__in=[e.node_name for e in events]).update(

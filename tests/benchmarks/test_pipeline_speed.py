@@ -38,7 +38,8 @@ DAYS = 4.0
 RATE = LLAMA3_RATE_PER_GPU_HOUR * 20  # about 20 interruptions a run: restarts are what re-derives a lifecycle
 BATCH = 1000
 # Two workers' rate against one worker's, at least: "close to twice" (issue #8) on a machine whose 2 cores also run
-# PostgreSQL. One worker keeps about 1.1 cores busy (itself and the database), so two would need 2.2 for exactly 2x.
+# PostgreSQL. One worker keeps about 1.2 cores busy (itself and the database), so two would need 2.4 for exactly 2x.
+# Measured alone on the machine: with other work on its cores the workers get less than a core each, and it fails.
 SCALING_BOUND = 1.6
 INGEST_QUEUE = celery_app.conf.task_routes["runs.tasks.*"]["queue"]
 
@@ -217,7 +218,9 @@ def test_apply_one_worker_against_two(bench_database):
         f"{rate['two'] / rate['one']:.2f}x one worker; records identical to in-process (no double counting)",
     )
     # What the cores allow: at one worker's CPU an event (its own and PostgreSQL's), all the cores together apply at
-    # most cores / cost events a second, whatever the number of workers.
+    # most cores / cost events a second, whatever the number of workers. An estimate: PostgreSQL's CPU includes
+    # this process's sampling and autovacuum, which do not grow with the events, so the ceiling comes out low and
+    # a ratio a little over 1 means the second worker added all the cores had.
     cores = os.cpu_count()
     ceiling = cores * count / (one[3] + one[4])
     report(
@@ -241,5 +244,6 @@ def test_apply_one_worker_against_two(bench_database):
     # Issue #8: two workers apply "close to twice the rate" of one. Where both share few cores with PostgreSQL
     # the cores run out first: the CPU figures above say which it was.
     assert rate["two"] >= SCALING_BOUND * rate["one"], (
-        f"two workers applied {rate['two'] / rate['one']:.2f}x one worker's rate, under {SCALING_BOUND}x"
+        f"two workers applied {rate['two'] / rate['one']:.2f}x one worker's rate, under {SCALING_BOUND}x "
+        f"(load average {os.getloadavg()[0]:.1f} on {cores} cores)"
     )

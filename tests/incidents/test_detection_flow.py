@@ -88,6 +88,20 @@ def test_heartbeat_loss_and_return(post):
     assert (alert.status, alert.resolved_at) == ("resolved", at(11))  # cleared by the first heartbeat back
 
 
+def test_a_heartbeat_before_the_node_is_back_clears_its_alert_first(post):
+    post([event("node.heartbeat", at(0), "hb1", node="lonely")])
+    assert detection.heartbeats_detect(now=at(10)) == 1
+    post(
+        [
+            event("node.heartbeat", at(11), "hb2", node="lonely"),
+            event("node.state", at(12), "back", node="lonely", state="in_service", reason="rebooted"),
+        ]
+    )
+    alert = Alert.objects.get(kind="heartbeat")
+    assert (alert.status, alert.resolved_at) == ("resolved", at(11))
+    assert "heartbeat back" in alert.incident.timeline.get(data__cleared=True).text
+
+
 def test_an_incident_cannot_be_resolved_while_an_alert_fires_unless_overridden(post, django_user_model):
     from incidents import services
 

@@ -37,3 +37,22 @@ def test_an_attempts_nodes_are_read_once_from_its_start_event(post):
     post([_started(-5, "s0", ["n4"])])
     assert _members() == {1: ["n4"], 2: ["edited"], 3: ["n1", "n3"]}
     assert set(Node.objects.filter(hostname__in=["n4", "edited"]).values_list("cluster__name", flat=True)) == {"c1"}
+
+
+def test_the_upgrade_fills_in_the_start_events_of_attempts_derived_before(post):
+    from importlib import import_module
+
+    from django.apps import apps
+
+    post(
+        [
+            _started(0, "s1", ["n1"]),
+            event("run.failed", at(10), "f1", run="r1", reason="lost"),
+            _started(20, "s2", ["n2"]),
+        ]
+    )
+    derived = dict(Attempt.objects.values_list("number", "start_event_id"))
+    Attempt.objects.update(start_event_id=None)  # as 0007 leaves them
+    Attempt.objects.filter(number=2).update(started_at=at(21))  # a record out of line with its events
+    import_module("runs.migrations.0008_attempt_start_event_backfill").backfill(apps, None)
+    assert dict(Attempt.objects.values_list("number", "start_event_id")) == {1: derived[1], 2: None}
