@@ -54,7 +54,7 @@ def events_ingest(*, events: list[CloudEvent], backfill: bool = False) -> Ingest
 
 
 # The Event columns the intake writes, in the order of `_event_row`'s tuples.
-_INTAKE_COLUMNS = (
+INTAKE_COLUMNS = (
     "source",
     "event_id",
     "type",
@@ -103,7 +103,7 @@ def _insert_postgresql(rows: list[tuple]) -> dict[tuple[str, str], int]:
     The batch travels as one JSON array that PostgreSQL unpacks (json_to_recordset): one json.dumps in C, where
     binding a parameter a value, or Django's client-side quoting of 10,000 values, costs more than the insert itself.
     """
-    keys = ("s", "i", "t", "u", "w", None, "d", "r", "n", "k")  # _INTAKE_COLUMNS, received_at (None) bound once
+    keys = ("s", "i", "t", "u", "w", None, "d", "r", "n", "k")  # INTAKE_COLUMNS, received_at (None) bound once
     batch = json.dumps(
         [{key: value for key, value in zip(keys, row, strict=True) if key} for row in rows],
         ensure_ascii=False,
@@ -131,7 +131,7 @@ def _insert_orm(rows: list[tuple]) -> dict[tuple[str, str], int]:
     known = set(
         Event.objects.filter(event_id__in={event_id for _source, event_id in keys}).values_list("source", "event_id")
     )
-    new = [Event(**dict(zip(_INTAKE_COLUMNS, row, strict=True))) for row in rows if (row[0], row[1]) not in known]
+    new = [Event(**dict(zip(INTAKE_COLUMNS, row, strict=True))) for row in rows if (row[0], row[1]) not in known]
     try:
         with transaction.atomic():
             Event.objects.bulk_create(new, batch_size=500)
@@ -527,28 +527,31 @@ def _gpu_ids(pairs: set[tuple[int, int]]) -> dict[tuple[int, int], int]:
     return existing
 
 
-def _sync(model, run: Run, wanted: dict[int, dict]) -> dict[int, object]:
-    """Make the run's rows of `model` (keyed by number) hold exactly `wanted`; write only what differs."""
+def _sync(model, run: Run, wanted: dict[int, dict]) -> tuple[dict[int, object], dict[int, set[str]]]:
+    """Make the run's rows of `model` (keyed by number) hold exactly `wanted`; write only what differs.
+
+    Returns the rows by number, and by number the fields that changed (all of them for a row created)."""
     existing = {row.number: row for row in model.objects.filter(run=run)}
     model.objects.filter(run=run, number__in=set(existing) - set(wanted)).delete()
-    result = {}
+    result, changed = {}, {}
     for number, values in wanted.items():
         row = existing.get(number)
         if row is None:
             row = model.objects.create(run=run, number=number, **values)
-        elif any(getattr(row, name) != value for name, value in values.items()):
+            changed[number] = set(values)
+        elif differ := {name for name, value in values.items() if getattr(row, name) != value}:
             for name, value in values.items():
                 setattr(row, name, value)
             row.save()
+            changed[number] = differ
         result[number] = row
-    return result
+    return result, changed
 
 
 def _sync_attempts(
     run: Run, derived: list[lifecycle.Attempt], pks: dict[tuple[str, str], int], cluster_id: int | None
 ) -> dict[int, Attempt]:
     """The run's attempts as derived; the nodes of an attempt whose start event changed (or is new) set anew."""
-    before = dict(Attempt.objects.filter(run=run).values_list("number", "start_event_id"))
     wanted = {
         a.number: {
             "job_id": a.job_id,
@@ -560,8 +563,8 @@ def _sync_attempts(
         }
         for a in derived
     }
-    attempts = _sync(Attempt, run, wanted)
-    moved = {attempts[n].pk: v["start_event_id"] for n, v in wanted.items() if before.get(n) != v["start_event_id"]}
+    attempts, changed = _sync(Attempt, run, wanted)
+    moved = {attempts[n].pk: wanted[n]["start_event_id"] for n, fields in changed.items() if "start_event_id" in fields}
     if moved:
         hosts_of = dict(Event.objects.filter(pk__in=set(moved.values())).values_list("pk", "data__nodes"))
         node_ids = _node_ids(sorted({h for hosts in hosts_of.values() for h in hosts}), cluster_id)
@@ -600,7 +603,7 @@ def _sync_interruptions(run, derived: list[lifecycle.Interruption], attempts, no
             "gpu_id": gpu_ids.get((node_id, i.gpu)) if node_id and i.gpu is not None else None,
             "xid": i.xid,
         }
-    _sync(Interruption, run, wanted)
+    _sync(Interruption, run, wanted)  # nothing hangs on which interruptions changed
 
 
 def record_rebuild() -> int:

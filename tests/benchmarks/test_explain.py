@@ -24,6 +24,8 @@ import pytest
 from django.conf import settings
 from django.db import connection, transaction
 
+from runs.services import INTAKE_COLUMNS
+
 from .conftest import report, say
 
 SCHEMA = "explain_bench"
@@ -34,20 +36,8 @@ END = datetime(2026, 3, 31, tzinfo=UTC)  # fixed: the same rows, ids and plans f
 START = END - timedelta(days=DAYS)
 BACKLOG = 2_000  # the newest events, not applied yet; the 2,000 before them applied but not yet detected
 RETENTION = timedelta(days=14)
-COLUMNS = (
-    "source",
-    "event_id",
-    "type",
-    "subject",
-    "time",
-    "received_at",
-    "data",
-    "run_name",
-    "node_name",
-    "applied_at",
-    "detected_at",
-    "error",
-)
+# What the intake writes, and the pipeline's marks: the backlog below is written already applied or detected.
+COLUMNS = (*INTAKE_COLUMNS, "applied_at", "detected_at", "error")
 
 
 def host(n: int) -> str:
@@ -133,6 +123,7 @@ def _rows(total: int) -> Iterator[tuple]:
             json.dumps(data),
             data.get("run", ""),
             data.get("node", ""),
+            None,  # skew_s: every clock on time
             applied,
             detected,
             "",
