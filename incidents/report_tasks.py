@@ -20,7 +20,7 @@ from .reports import report_csv_rows, report_generate
 _RETRY = {"acks_late": True, "autoretry_for": (OperationalError,), "retry_backoff": 2, "max_retries": 5}
 
 
-@shared_task(**_RETRY)
+@shared_task(name="incidents.report_tasks.generate_weekly_report", **_RETRY)
 def generate_weekly_report(since: str | None = None, until: str | None = None) -> int:
     """Generate (or regenerate) the report of [since, until), ISO timestamps; by default the last full ISO week.
 

@@ -16,6 +16,7 @@ log = logging.getLogger(__name__)
 
 
 @shared_task(
+    name="runs.tasks.apply_events",
     acks_late=True,
     autoretry_for=(OperationalError,),  # a dropped connection or a lock timeout; nothing else retries
     retry_backoff=2,
@@ -30,7 +31,7 @@ def apply_events(event_ids: list[int]) -> int:
     return applied
 
 
-@shared_task(acks_late=True)
+@shared_task(name="runs.tasks.apply_pending_events", acks_late=True)
 def apply_pending_events(older_than_s: float = 30.0) -> int:
     """The sweeper (beat, every minute): events stored `older_than_s` seconds ago and still unapplied."""
     return services.pending_events_apply(older_than=timedelta(seconds=older_than_s))
@@ -46,7 +47,7 @@ def _enqueue(task, event_ids: list[int], *, what: str) -> None:
         log.warning("could not queue %s of %d events (%s); the sweeper will pick them up", what, len(event_ids), exc)
 
 
-@shared_task(acks_late=True)
+@shared_task(name="runs.tasks.prune_events", acks_late=True)
 def prune_events() -> int:
     """Retention (beat, hourly): raw high-rate events past EVENTS_RAW_RETENTION_DAYS summed per day, then deleted."""
     result = events_prune(

@@ -100,3 +100,35 @@ def post_applied(writer):
         return Run.objects.get(name="r1"), Node.objects.get(hostname="n2")
 
     return load
+
+
+# Every task's name as queued messages, routes and the beat schedule know it. Pinned with name=, so moving a
+# task's module changes none of these; a task renamed or lost shows here.
+TASK_NAMES = {
+    "runs.tasks.apply_events",
+    "runs.tasks.apply_pending_events",
+    "runs.tasks.prune_events",
+    "incidents.tasks.detect_events",
+    "incidents.tasks.detect_pending",
+    "incidents.tasks.watch_hangs",
+    "incidents.tasks.watch_heartbeats",
+    "incidents.tasks.detect_stragglers",
+    "incidents.tasks.detect_sdc",
+    "incidents.tasks.detect_lemons",
+    "incidents.tasks.advance_playbook",
+    "incidents.tasks.resume_playbooks",
+    "incidents.tasks.deliver_notification",
+    "incidents.tasks.resume_deliveries",
+    "incidents.report_tasks.generate_weekly_report",
+}
+
+
+def test_task_names_are_pinned():
+    celery_app.loader.import_default_modules()
+    assert {name for name in celery_app.tasks if name.startswith(("runs.", "incidents."))} == TASK_NAMES
+
+
+def test_the_beat_schedule_names_only_registered_tasks():
+    celery_app.loader.import_default_modules()
+    for entry, schedule in settings.CELERY_BEAT_SCHEDULE.items():
+        assert schedule["task"] in celery_app.tasks, entry
