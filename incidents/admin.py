@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import Delivery, WebhookEndpoint
+from incidents.models import Delivery, WebhookEndpoint
 
 
 @admin.register(WebhookEndpoint)

@@ -11,15 +11,14 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from incidents import services
+from incidents.domain import detectors
+from incidents.domain.detectors import Finding
+from incidents.domain.xid import Action, XidSample, classify, dedupe_xids
+from incidents.models import Alert
 from runs.domain.cloudevents import parse_events
 from runs.models import Event, Interruption, Node, Run
 from runs.services import events_ingest
-
-from . import services
-from .domain import detectors
-from .domain.detectors import Finding
-from .domain.xid import Action, XidSample, classify, dedupe_xids
-from .models import Alert
 
 WATCHDOG = "fleetops/watchdog"
 DETECTOR = "fleetops/detector"
@@ -134,7 +133,7 @@ def _stabilize(alert) -> None:
         return
     if alert.first_seen_at < timezone.now() - timedelta(seconds=settings.PLAYBOOK_AUTO_START_MAX_AGE_S):
         return  # a fault from the past (a backfill, the demo's history) is not drained now
-    from .playbooks import playbook_start  # the engine imports the cluster adapters: only when needed
+    from incidents.playbooks import playbook_start  # the engine imports the cluster adapters: only when needed
 
     playbook_start(
         playbook="drain-and-replace", actor=services.FLEETOPS, node=alert.node, run=incident.run, incident=incident

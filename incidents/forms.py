@@ -1,9 +1,8 @@
 from django import forms
 
+from incidents.domain.playbooks import PLAYBOOKS, needs_run
+from incidents.models import Incident
 from runs.models import Node
-
-from .domain.playbooks import PLAYBOOKS, needs_run
-from .models import Incident
 
 OPEN = ""  # the board's default: every open incident, whatever its status
 ALL = "all"

@@ -15,11 +15,10 @@ from typing import Any
 
 from django.utils import timezone
 
+from incidents import services
+from incidents.domain.detectors import Finding
+from incidents.models import Alert
 from runs.domain.cloudevents import Problem
-
-from . import services
-from .domain.detectors import Finding
-from .models import Alert
 
 SEVERITIES = ("critical", "error", "warning", "info")
 _TIME = re.compile(r"^(\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")

@@ -14,13 +14,12 @@ from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
+from incidents import services
+from incidents.clusters import adapter_for
+from incidents.clusters.base import ClusterError, RefusedError, TransientError
+from incidents.domain.playbooks import PLAYBOOKS, approver_for, backoff_s, breaker_open
+from incidents.models import Incident, PlaybookExecution, StepExecution
 from runs.models import Node, Run
-
-from . import services
-from .clusters import adapter_for
-from .clusters.base import ClusterError, RefusedError, TransientError
-from .domain.playbooks import PLAYBOOKS, approver_for, backoff_s, breaker_open
-from .models import Incident, PlaybookExecution, StepExecution
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +82,7 @@ def playbook_start(
 
 
 def _queue(execution_id: int, countdown: float = 0) -> None:
-    from .tasks import advance_playbook
+    from incidents.tasks import advance_playbook
 
     transaction.on_commit(lambda: advance_playbook.apply_async((execution_id,), countdown=countdown))
 

@@ -13,14 +13,13 @@ from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
+from incidents.domain import postmortem as domain
+from incidents.models import ActionItem, Incident, Postmortem, PostmortemVersion, TimelineEntry
+from incidents.selectors import incident_impact
 from runs.domain import advisor
 from runs.domain.taxonomy import cause_group, cause_label
 from runs.models import GPU, Event, Interruption
 from runs.selectors import run_advice_inputs_get
-
-from .domain import postmortem as domain
-from .models import ActionItem, Incident, Postmortem, PostmortemVersion, TimelineEntry
-from .selectors import incident_impact
 
 _GATE_STATES = ("burn_in",)
 _BACK_STATES = ("hot_spare", "in_service")

@@ -14,8 +14,8 @@ from django.db import OperationalError
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from .domain.report import week_before
-from .reports import report_csv_rows, report_generate
+from incidents.domain.report import week_before
+from incidents.reports import report_csv_rows, report_generate
 
 _RETRY = {"acks_late": True, "autoretry_for": (OperationalError,), "retry_backoff": 2, "max_retries": 5}
 

@@ -16,9 +16,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from fleetops.roles import can_act
+from incidents import report_charts, reports
 from runs.models import WeeklyReport
-
-from . import report_charts, reports
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 STATIC = Path(settings.BASE_DIR) / "static"

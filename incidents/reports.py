@@ -14,14 +14,13 @@ from django.conf import settings
 from django.core.exceptions import FieldDoesNotExist
 from django.db.models import Q
 
+from incidents.domain.playbooks import spares_needed
+from incidents.domain.report import cause_shares, is_off_hours, top
+from incidents.models import Alert, Incident
+from incidents.selectors import response_metrics_get
 from runs.domain import advisor, goodput
 from runs.models import Interruption, Node, WeeklyReport
 from runs.selectors import fleet_goodput_get, run_advice_inputs_get
-
-from .domain.playbooks import spares_needed
-from .domain.report import cause_shares, is_off_hours, top
-from .models import Alert, Incident
-from .selectors import response_metrics_get
 
 FINDING_KINDS = ("lemon", "straggler", "sdc")
 

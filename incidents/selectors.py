@@ -9,13 +9,12 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db.models import Count, Max, Min, Q, Sum
 
+from incidents.domain.playbooks import spares_needed
+from incidents.domain.response import IncidentTimes, response_metrics
+from incidents.models import Incident, PlaybookExecution, TimelineEntry
 from runs.domain import goodput
 from runs.models import Cluster, Event, Interruption, Node, Run
 from runs.selectors import run_costs_get, run_timeline_get
-
-from .domain.playbooks import spares_needed
-from .domain.response import IncidentTimes, response_metrics
-from .models import Incident, PlaybookExecution, TimelineEntry
 
 
 @dataclass(frozen=True)

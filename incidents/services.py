@@ -11,13 +11,12 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from incidents import notifications
+from incidents.domain.detectors import Finding
+from incidents.domain.response import severity_from_impact
+from incidents.models import Alert, Incident, Postmortem, TimelineEntry
+from incidents.postmortems import postmortem_draft
 from runs.models import GPU, Attempt, Node, Run
-
-from . import notifications
-from .domain.detectors import Finding
-from .domain.response import severity_from_impact
-from .models import Alert, Incident, Postmortem, TimelineEntry
-from .postmortems import postmortem_draft
 
 SYSTEM = "FleetOps"
 _ALERT_RANK = {"critical": 0, "error": 1, "warning": 2, "info": 3}

@@ -4,7 +4,7 @@ from celery import shared_task
 from django.db import OperationalError
 from django.utils import timezone
 
-from . import detection, notifications
+from incidents import detection, notifications
 
 _RETRY = {"acks_late": True, "autoretry_for": (OperationalError,), "retry_backoff": 2, "max_retries": 5}
 
@@ -46,14 +46,14 @@ def detect_lemons() -> int:
 
 @shared_task(name="incidents.tasks.advance_playbook", **_RETRY)
 def advance_playbook(execution_id: int) -> str:
-    from .playbooks import playbook_advance
+    from incidents.playbooks import playbook_advance
 
     return playbook_advance(execution_id=execution_id)
 
 
 @shared_task(name="incidents.tasks.resume_playbooks", **_RETRY)
 def resume_playbooks() -> int:
-    from .playbooks import playbooks_resume_stale
+    from incidents.playbooks import playbooks_resume_stale
 
     return playbooks_resume_stale()
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views, views_notifications, views_playbooks, views_postmortems
+from incidents import views, views_notifications, views_playbooks, views_postmortems
 
 urlpatterns = [
     path("", views.board, name="incident-board"),

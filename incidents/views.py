@@ -18,11 +18,10 @@ from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 
 from fleetops import paging
 from fleetops.roles import can_act, is_admin
-
-from . import selectors, services
-from .domain.playbooks import PLAYBOOKS
-from .forms import BoardFilterForm
-from .models import Incident
+from incidents import selectors, services
+from incidents.domain.playbooks import PLAYBOOKS
+from incidents.forms import BoardFilterForm
+from incidents.models import Incident
 
 BOARD_PAGE = 50  # rows of the board a page: rendering is most of its time (200 rows, ~130 ms)
 _LINKS = (("incident-page", 0), ("run-page", "-"), ("node-page", "-"))

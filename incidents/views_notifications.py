@@ -6,9 +6,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from fleetops.roles import is_admin
-
-from . import notifications
-from .models import Delivery
+from incidents import notifications
+from incidents.models import Delivery
 
 LOG_LIMIT = 200
 

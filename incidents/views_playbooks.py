@@ -10,12 +10,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from fleetops.roles import ADMIN, can_act, is_admin
-
-from . import selectors, services
-from .forms import PlaybookStartForm
-from .models import Incident, PlaybookExecution, StepExecution
-from .playbooks import PlaybookError, playbook_abort, playbook_approve, playbook_start
-from .views import acting_actor, incident_context
+from incidents import selectors, services
+from incidents.forms import PlaybookStartForm
+from incidents.models import Incident, PlaybookExecution, StepExecution
+from incidents.playbooks import PlaybookError, playbook_abort, playbook_approve, playbook_start
+from incidents.views import acting_actor, incident_context
 
 
 @require_POST

@@ -13,11 +13,10 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
 from fleetops.roles import can_act
-
-from . import postmortems, services
-from .domain.postmortem import to_html
-from .models import ActionItem, Incident, Postmortem
-from .views import acting_actor
+from incidents import postmortems, services
+from incidents.domain.postmortem import to_html
+from incidents.models import ActionItem, Incident, Postmortem
+from incidents.views import acting_actor
 
 EDIT = "edit the postmortems of"
 ACTIONS = ("draft", "save", "review", "close", "item", "done")

@@ -3,8 +3,8 @@ from datetime import timedelta
 from django.contrib import admin, messages
 from django.utils import timezone
 
-from .management.commands import create_api_token
-from .models import GPU, ApiToken, Attempt, Checkpoint, Cluster, Event, Interruption, Node, Run
+from runs.management.commands import create_api_token
+from runs.models import GPU, ApiToken, Attempt, Checkpoint, Cluster, Event, Interruption, Node, Run
 
 
 @admin.register(Cluster)

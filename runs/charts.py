@@ -6,8 +6,8 @@ Durations on axes are hours or minutes, as each axis title says.
 
 from datetime import date, datetime
 
-from .domain import advisor, goodput
-from .domain.taxonomy import cause_label
+from runs.domain import advisor, goodput
+from runs.domain.taxonomy import cause_label
 
 COLORS = {
     "productive": "#2da44e",

@@ -11,8 +11,8 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
-from .domain.cloudevents import CHECKPOINT_TIERS, INTERRUPTION_KINDS, NODE_STATE_CHOICES
-from .domain.taxonomy import CAUSES, cause_group
+from runs.domain.cloudevents import CHECKPOINT_TIERS, INTERRUPTION_KINDS, NODE_STATE_CHOICES
+from runs.domain.taxonomy import CAUSES, cause_group
 
 
 class Cluster(models.Model):

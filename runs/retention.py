@@ -30,7 +30,7 @@ from django.db.models import Exists, IntegerField, OuterRef, Q
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 
-from .models import GPU, Event, EventRollup, Node
+from runs.models import GPU, Event, EventRollup, Node
 
 # type -> the data field whose value is summarised (None: counted only)
 VALUE_FIELDS: dict[str, str | None] = {

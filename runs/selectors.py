@@ -25,8 +25,8 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from .domain import advisor, goodput
-from .models import Attempt, Checkpoint, Cluster, Event, EventRollup, Interruption, Node, Run
+from runs.domain import advisor, goodput
+from runs.models import Attempt, Checkpoint, Cluster, Event, EventRollup, Interruption, Node, Run
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from django.db import OperationalError
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
-from . import services
-from .retention import events_prune
+from runs import services
+from runs.retention import events_prune
 
 log = logging.getLogger(__name__)
 

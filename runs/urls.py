@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from runs import views
 
 urlpatterns = [
     path("", views.overview, name="overview"),

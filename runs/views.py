@@ -21,12 +21,11 @@ from fleetops import paging
 from incidents import selectors as incident_selectors
 from incidents.domain.xid import XidSample, dedupe_xids
 from incidents.models import StepExecution
-
-from . import charts, selectors
-from .domain import advisor, goodput
-from .domain.taxonomy import cause_label
-from .forms import WhatIfForm, WindowForm
-from .models import Node, Run
+from runs import charts, selectors
+from runs.domain import advisor, goodput
+from runs.domain.taxonomy import cause_label
+from runs.forms import WhatIfForm, WindowForm
+from runs.models import Node, Run
 
 RUNS_PAGE = 25  # rows of the overview's run table a page: a fleet's months of runs are ?page=2 and on
 INTERRUPTIONS_SHOWN = 20  # the run page's latest interruptions, as many as attempts and checkpoints; ?interruptions=all

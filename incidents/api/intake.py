@@ -13,12 +13,11 @@ from rest_framework.decorators import (
 from rest_framework.response import Response
 
 from fleetops.jsonparse import PayloadTooLarge, StrictJSONParser
+from incidents import intake, services
 from runs.api.auth import EventsWriteScope, token_authenticate
 from runs.api.base import InvalidEvents
 from runs.api.serializers import ErrorSerializer
 from runs.models import ApiToken
-
-from .. import intake, services
 
 
 class IntakeJSONParser(StrictJSONParser):

@@ -1,8 +1,8 @@
 from django.utils import timezone
 from rest_framework import serializers
 
-from .. import selectors
-from ..models import Alert, Incident, TimelineEntry
+from incidents import selectors
+from incidents.models import Alert, Incident, TimelineEntry
 
 
 class ImpactSerializer(serializers.Serializer):

@@ -1,7 +1,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from . import intake, views
+from incidents.api import intake, views
 
 router = SimpleRouter(trailing_slash=False)
 router.register("incidents", views.IncidentViewSet, basename="incident")

@@ -11,13 +11,12 @@ from rest_framework import exceptions, serializers, status, viewsets
 from rest_framework.decorators import action, api_view
 from rest_framework.response import Response
 
+from incidents import selectors, services
+from incidents.api.serializers import IncidentDetailSerializer, IncidentSerializer
+from incidents.models import Alert, Incident
 from runs.api.auth import IncidentsWriteScope
 from runs.api.serializers import ErrorSerializer
 from runs.models import ApiToken
-
-from .. import selectors, services
-from ..models import Alert, Incident
-from .serializers import IncidentDetailSerializer, IncidentSerializer
 
 
 class IncidentFilter(django_filters.FilterSet):

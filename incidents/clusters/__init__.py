@@ -16,9 +16,7 @@ from urllib.parse import urlparse
 
 from django.conf import settings
 
-from runs.models import Cluster
-
-from .base import (
+from incidents.clusters.base import (
     DEFAULT_HEALTH_CHECKS,
     ClusterAdapter,
     ClusterError,
@@ -30,8 +28,9 @@ from .base import (
     RefusedError,
     TransientError,
 )
-from .simulated import SimulatedAdapter
-from .slurm import SlurmAdapter, SlurmConfig
+from incidents.clusters.simulated import SimulatedAdapter
+from incidents.clusters.slurm import SlurmAdapter, SlurmConfig
+from runs.models import Cluster
 
 __all__ = [
     "ClusterAdapter",
@@ -58,7 +57,7 @@ def adapter_for(cluster: Cluster) -> ClusterAdapter:
         return SlurmAdapter(config)
     if cluster.scheduler == Cluster.Scheduler.KUBERNETES:
         # Imported here: the client takes most of a second to import, which Slurm and demo users need not pay.
-        from .kubernetes import KubernetesAdapter, KubernetesConfig
+        from incidents.clusters.kubernetes import KubernetesAdapter, KubernetesConfig
 
         options = {
             "namespace": getattr(settings, "KUBERNETES_NAMESPACE", None),

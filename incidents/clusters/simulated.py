@@ -22,11 +22,7 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
-from runs.domain.cloudevents import SPECVERSION, parse_events
-from runs.models import GPU, Attempt, Cluster, Event, Node
-from runs.services import events_apply, events_ingest
-
-from .base import (
+from incidents.clusters.base import (
     ClusterAdapter,
     HealthCheck,
     JobStatus,
@@ -38,6 +34,9 @@ from .base import (
     check_reason,
     unknown_operation,
 )
+from runs.domain.cloudevents import SPECVERSION, parse_events
+from runs.models import GPU, Attempt, Cluster, Event, Node
+from runs.services import events_apply, events_ingest
 
 SOURCE = "fleetops/simulated-cluster"
 POOL_STATES = {"main": "in_service", "spare": "hot_spare", "repair": "in_repair"}

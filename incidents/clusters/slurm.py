@@ -34,7 +34,7 @@ import shlex
 import subprocess
 from dataclasses import dataclass, field
 
-from .base import (
+from incidents.clusters.base import (
     DEFAULT_HEALTH_CHECKS,
     ClusterAdapter,
     ClusterError,

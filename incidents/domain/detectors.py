@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
 
-from .xid import RECOVERY_ACTIONS, Action, XidFault, recovery_action_info, recovery_action_label
+from incidents.domain.xid import RECOVERY_ACTIONS, Action, XidFault, recovery_action_info, recovery_action_label
 
 MAD_SCALE = 1.4826  # makes the MAD estimate the standard deviation of normally distributed data
 

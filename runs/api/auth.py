@@ -7,8 +7,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
 from fleetops.roles import can_act
-
-from ..models import ApiToken
+from runs.models import ApiToken
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)  # ApiToken.last_used_at is kept to this
 

@@ -9,9 +9,9 @@ from rest_framework import serializers
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
-from .. import selectors
-from ..domain import advisor, goodput
-from ..models import Run
+from runs import selectors
+from runs.domain import advisor, goodput
+from runs.models import Run
 
 
 class WindowQuery(serializers.Serializer):

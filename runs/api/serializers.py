@@ -1,8 +1,8 @@
 from rest_framework import serializers
 
-from ..domain.cloudevents import EVENT_TYPES
-from ..domain.taxonomy import cause_label
-from ..models import GPU, Attempt, Checkpoint, Event, Interruption, Node, Run
+from runs.domain.cloudevents import EVENT_TYPES
+from runs.domain.taxonomy import cause_label
+from runs.models import GPU, Attempt, Checkpoint, Event, Interruption, Node, Run
 
 
 def _seconds(start, end):

@@ -10,13 +10,12 @@ from rest_framework.decorators import action, api_view, parser_classes, permissi
 from rest_framework.response import Response
 
 from fleetops.jsonparse import StrictJSONParser
-
-from .. import services
-from ..domain.cloudevents import parse_events
-from ..models import Node, Run
-from . import serializers as s
-from .auth import EventsWriteScope
-from .base import InvalidEvents
+from runs import services
+from runs.api import serializers as s
+from runs.api.auth import EventsWriteScope
+from runs.api.base import InvalidEvents
+from runs.domain.cloudevents import parse_events
+from runs.models import Node, Run
 
 
 class EventsJSONParser(StrictJSONParser):

@@ -10,8 +10,8 @@ Times are timezone-aware datetimes (UTC).
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from .cloudevents import parse_time
-from .taxonomy import infer_cause
+from runs.domain.cloudevents import parse_time
+from runs.domain.taxonomy import infer_cause
 
 RUN_STATES = ("pending", "running", "restarting", "completed", "cancelled")
 LIFECYCLE_TYPES = ("run.started", "run.failed", "run.restored", "run.completed", "run.cancelled")

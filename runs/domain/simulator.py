@@ -37,7 +37,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from .taxonomy import CAUSES, Cause, Group
+from runs.domain.taxonomy import CAUSES, Cause, Group
 
 LLAMA3_GPUS = 16_384
 LLAMA3_DAYS = 54

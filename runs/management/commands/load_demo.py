@@ -8,8 +8,7 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from runs.domain.simulator import LLAMA3_RATE_PER_GPU_HOUR, SimulationConfig, simulate
-
-from .simulate import ingest
+from runs.management.commands.simulate import ingest
 
 DEMO_DAYS = 21
 # At Llama 3's rate a 256-GPU run fails about once a week: ten times that gives the pages a few dozen stops.
