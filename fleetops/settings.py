@@ -142,8 +142,11 @@ EVENTS_RAW_RETENTION_DAYS = env.int("EVENTS_RAW_RETENTION_DAYS", default=14)
 if EVENTS_RAW_RETENTION_DAYS < 1:
     raise ImproperlyConfigured("EVENTS_RAW_RETENTION_DAYS must be at least 1: the detectors read the last hours")
 EVENTS_PRUNE_BATCH = env.int("EVENTS_PRUNE_BATCH", default=10_000)
+# Who hears "events applied": Celery tasks, by dotted path, looked up at run time and queued with the event ids once
+# the record holds them (in-process where there is no broker). The record (runs) never imports its listeners.
+EVENTS_APPLIED_HOOKS = ["incidents.detection.tasks.detect_events"]
 DATA_UPLOAD_MAX_MEMORY_SIZE = EVENTS_MAX_BODY_BYTES
-# The Alertmanager and PagerDuty intakes (incidents/api/intake.py): largest body, in bytes (PagerDuty's own limit
+# The Alertmanager and PagerDuty intakes (incidents/intake/views.py): largest body, in bytes (PagerDuty's own limit
 # is 512 KB an event), and most alerts in one Alertmanager webhook (set its webhook_config max_alerts to match).
 INTAKE_MAX_BODY_BYTES = env.int("INTAKE_MAX_BODY_BYTES", default=1024 * 1024)
 INTAKE_MAX_ALERTS = env.int("INTAKE_MAX_ALERTS", default=1_000)
@@ -217,7 +220,13 @@ CELERY_TASK_ROUTES = {
     "runs.tasks.prune_events": {"queue": f"{_Q}-reports"},  # slow background upkeep: never ahead of an apply
 }
 # autodiscover_tasks finds <app>.tasks only: the report task lives beside it and must be named to be registered.
-CELERY_IMPORTS = ["incidents.report_tasks"]
+# Task modules outside an app's tasks.py (autodiscovery finds runs.tasks): the incident concerns keep their own.
+CELERY_IMPORTS = [
+    "incidents.detection.tasks",
+    "incidents.playbooks.tasks",
+    "incidents.notifications.tasks",
+    "incidents.reports.tasks",
+]
 FLEETOPS_QUEUES = [_Q, *sorted({route["queue"] for route in CELERY_TASK_ROUTES.values()})]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
@@ -338,7 +347,7 @@ SIMULATED_CLUSTER_DELAY_S = env.float("SIMULATED_CLUSTER_DELAY_S", default=0.0)
 # What a GPU-hour costs, for the incident's cost per minute.
 GPU_HOUR_COST_USD = env.float("GPU_HOUR_COST_USD", default=2.5)
 
-# --- Outgoing notifications (incidents.notifications) ---
+# --- Outgoing notifications (incidents.notifications.services) ---
 # Links in webhooks and e-mails: the address people open FleetOps at, e.g. https://fleetops.example.com
 PUBLIC_URL = env.str("PUBLIC_URL", default="http://localhost:8000")
 NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", default=6)  # attempts per delivery, the first included

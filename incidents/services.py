@@ -11,11 +11,11 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from incidents import notifications
 from incidents.domain.detectors import Finding
 from incidents.domain.response import severity_from_impact
 from incidents.models import Alert, Incident, Postmortem, TimelineEntry
-from incidents.postmortems import postmortem_draft
+from incidents.notifications import services as notifications
+from incidents.postmortems.services import postmortem_draft
 from runs.models import GPU, Attempt, Node, Run
 
 SYSTEM = "FleetOps"

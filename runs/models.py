@@ -237,7 +237,7 @@ class Event(models.Model):
     run_name = models.CharField(max_length=200, blank=True)
     node_name = models.CharField(max_length=200, blank=True)
     applied_at = models.DateTimeField(null=True, blank=True)
-    # Claimed by the detectors (incidents.detection) once they have looked at it: each event counts once.
+    # Claimed by the detectors (incidents.detection.services) once they have looked at it: each event counts once.
     detected_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
     # Set when the sender's time is far from ours (settings.EVENTS_CLOCK_SKEW_FLAG_S): accepted, but flagged.
@@ -252,8 +252,8 @@ class Event(models.Model):
             models.Index(fields=["run_name", "type", "time"]),
             models.Index(fields=["node_name", "time"]),
             models.Index(fields=["id"], condition=Q(applied_at__isnull=True), name="event_unapplied"),
-            # The detection sweeper's backlog (incidents.detection.pending_detect): without it, a scan of the table
-            # every minute. Small: events leave it within seconds, once detected.
+            # The detection sweeper's backlog (incidents.detection.services.pending_detect): without it, a scan of the
+            # table every minute. Small: events leave it within seconds, once detected.
             models.Index(fields=["id"], condition=Q(detected_at__isnull=True), name="event_undetected"),
             # A node's rare fault events among its many samples: the Xid history, repair times, ECC deltas.
             models.Index(
@@ -356,7 +356,7 @@ CHECKPOINT_STATUS_CHOICES = Checkpoint.Status.choices
 class WeeklyReport(models.Model):
     """A reliability report of one window (a week, usually), frozen when generated: later events do not change it.
 
-    `data` holds plain numbers (incidents.reports.report_build); it lives here rather than in incidents so that
+    `data` holds plain numbers (incidents.reports.services.report_build); it lives here rather than in incidents so that
     the report's storage does not wait on the incidents models. One report per window: regenerating replaces it.
     """
 

@@ -7,6 +7,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import OperationalError
 from django.utils import timezone
+from django.utils.module_loading import import_string
 from kombu.exceptions import OperationalError as BrokerError
 
 from runs import services
@@ -24,10 +25,8 @@ log = logging.getLogger(__name__)
 )
 def apply_events(event_ids: list[int]) -> int:
     applied = services.events_apply(event_ids=event_ids)
-    # The detectors look at the events next (incidents.tasks); they claim each event, so a repeat is harmless.
-    from incidents.tasks import detect_events
-
-    _enqueue(detect_events, event_ids, what="detection")
+    for hook in settings.EVENTS_APPLIED_HOOKS:
+        _enqueue(import_string(hook), event_ids, what=hook)
     return applied
 
 

@@ -17,10 +17,11 @@ from django.test import Client, TestCase, override_settings
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
-from incidents import postmortems, services
+from incidents import services
 from incidents.models import Delivery, Incident, WebhookEndpoint
-from incidents.playbooks import playbook_start
-from incidents.reports import report_generate
+from incidents.playbooks.engine import playbook_start
+from incidents.postmortems import services as postmortems
+from incidents.reports.services import report_generate
 from runs.models import Node, Run
 from tests.conftest import make_token
 from tests.incidents.test_detection_flow import story_until_failure, xid_storm

@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from incidents import services
 from incidents.models import Incident, PlaybookExecution
-from incidents.playbooks import playbook_start
-from incidents.reports import report_generate
+from incidents.playbooks.engine import playbook_start
+from incidents.reports.services import report_generate
 from runs.models import Node, Run
 from tests.incidents.test_detection_flow import story_until_failure, xid_storm
 from tests.incidents.test_playbooks import spares

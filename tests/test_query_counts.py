@@ -12,8 +12,10 @@ from django.contrib.auth.models import Group
 from django.core.cache import cache
 from django.utils import timezone
 
-from incidents import postmortems, reports, services
+from incidents import services
 from incidents.models import Alert, Delivery, Incident, WebhookEndpoint
+from incidents.postmortems import services as postmortems
+from incidents.reports import services as reports
 from runs.models import GPU
 from tests.runs.scenario import event
 

@@ -41,8 +41,8 @@ def test_a_waiting_report_does_not_hold_up_a_playbook(broker, post_applied):
     """A worker on the playbooks queue finishes a playbook while a report waits, unconsumed, in its own queue."""
     from incidents import services
     from incidents.models import PlaybookExecution
-    from incidents.playbooks import playbook_start
-    from incidents.report_tasks import generate_weekly_report
+    from incidents.playbooks.engine import playbook_start
+    from incidents.reports.tasks import generate_weekly_report
     from runs.models import Node, Run, WeeklyReport
     from tests.services import Worker
 

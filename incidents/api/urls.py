@@ -1,7 +1,8 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from incidents.api import intake, views
+from incidents.api import views
+from incidents.intake import views as intake
 
 router = SimpleRouter(trailing_slash=False)
 router.register("incidents", views.IncidentViewSet, basename="incident")

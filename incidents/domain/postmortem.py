@@ -1,6 +1,6 @@
 """The postmortem draft: Markdown written from the incident's record (../shared/DOMAIN.md section 5).
 
-Pure: no Django import. The selector (incidents.postmortems) gathers the facts into these dataclasses and
+Pure: no Django import. The selector (incidents.postmortems.services) gathers the facts into these dataclasses and
 calls `draft()`; every duration in the output is in minutes, every input duration in seconds.
 """
 

@@ -324,8 +324,8 @@ def _ids(**filters) -> list[int]:
 
 
 def test_the_hot_queries_use_indexes(explain_table):
-    from incidents import detection
     from incidents import selectors as incident_selectors
+    from incidents.detection import services as detection
     from runs import retention, selectors, services
     from runs.domain.cloudevents import parse_events
     from runs.models import GPU, Cluster, Event, Node, Run

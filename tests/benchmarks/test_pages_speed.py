@@ -32,7 +32,7 @@ from django.db.models import Count
 from django.test.utils import override_settings
 
 from fleetops.roles import VIEWER
-from incidents.reports import report_generate
+from incidents.reports.services import report_generate
 from runs.models import Node, Run
 
 from .conftest import report, say

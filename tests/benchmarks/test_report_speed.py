@@ -9,7 +9,7 @@ import time
 import pytest
 from django.utils import timezone
 
-from incidents.reports import report_build
+from incidents.reports.services import report_build
 from runs import selectors
 from runs.models import Run
 

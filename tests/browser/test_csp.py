@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from incidents.models import Incident
-from incidents.reports import report_generate
+from incidents.reports.services import report_generate
 from tests.browser.conftest import log_in
 from tests.browser.test_oncall import outage, post_events
 from tests.conftest import make_token

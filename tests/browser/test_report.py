@@ -5,7 +5,7 @@ import io
 
 import pytest
 
-from incidents.reports import report_generate
+from incidents.reports.services import report_generate
 from tests.browser.conftest import log_in
 from tests.incidents.test_report import NOW, SINCE, UNTIL, build_week
 

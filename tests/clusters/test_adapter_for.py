@@ -2,7 +2,7 @@
 
 import pytest
 
-from incidents.clusters import RefusedError, SimulatedAdapter, SlurmAdapter, adapter_for
+from incidents.playbooks.clusters import RefusedError, SimulatedAdapter, SlurmAdapter, adapter_for
 from runs.models import Cluster
 
 

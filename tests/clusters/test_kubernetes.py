@@ -14,8 +14,8 @@ import pytest
 import urllib3
 from kubernetes import client
 
-from incidents.clusters.base import NotFoundError, RefusedError, TransientError
-from incidents.clusters.kubernetes import KubernetesAdapter, KubernetesConfig, api_client_from
+from incidents.playbooks.clusters.base import NotFoundError, RefusedError, TransientError
+from incidents.playbooks.clusters.kubernetes import KubernetesAdapter, KubernetesConfig, api_client_from
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
 NODE = "/api/v1/nodes/gpu-003"

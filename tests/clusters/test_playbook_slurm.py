@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from incidents.clusters.slurm import SlurmAdapter, SlurmConfig
 from incidents.models import Incident, PlaybookExecution
+from incidents.playbooks.clusters.slurm import SlurmAdapter, SlurmConfig
 from runs.models import Cluster
 from tests.clusters.conftest import put_back, start_training_job
 from tests.runs.scenario import event

@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from incidents.clusters.slurm import SlurmAdapter, SlurmConfig
 from incidents.models import PlaybookExecution, StepExecution
-from incidents.playbooks import playbooks_resume_stale
+from incidents.playbooks.clusters.slurm import SlurmAdapter, SlurmConfig
+from incidents.playbooks.engine import playbooks_resume_stale
 from runs.models import Cluster
 from tests.clusters.conftest import put_back, start_training_job, wait_for
 from tests.runs.scenario import event

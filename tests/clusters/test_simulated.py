@@ -6,8 +6,8 @@ from itertools import count
 
 import pytest
 
-from incidents.clusters.base import NotFoundError, RefusedError
-from incidents.clusters.simulated import SOURCE, SimulatedAdapter
+from incidents.playbooks.clusters.base import NotFoundError, RefusedError
+from incidents.playbooks.clusters.simulated import SOURCE, SimulatedAdapter
 from runs.domain.cloudevents import parse_events
 from runs.models import Attempt, Cluster, Event, Node, Run
 from runs.services import events_apply, events_ingest

@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from incidents.clusters.base import NotFoundError, RefusedError, TransientError
-from incidents.clusters.slurm import SlurmAdapter, SlurmConfig, classify, expand_hostlist, node_state
+from incidents.playbooks.clusters.base import NotFoundError, RefusedError, TransientError
+from incidents.playbooks.clusters.slurm import SlurmAdapter, SlurmConfig, classify, expand_hostlist, node_state
 
 from .conftest import free_ports, wait_for
 

@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from incidents.clusters.slurm import SlurmAdapter, SlurmConfig
 from incidents.models import PlaybookExecution, StepExecution
+from incidents.playbooks.clusters.slurm import SlurmAdapter, SlurmConfig
 from runs.models import Cluster
 from tests.clusters.conftest import put_back, start_training_job, wait_for
 from tests.faults.conftest import free_port

@@ -11,9 +11,10 @@ import re
 import pytest
 
 from incidents import services as incident_services
+from incidents.detection.tasks import detect_events
 from incidents.models import Alert, Incident, PlaybookExecution
-from incidents.playbooks import playbook_start
-from incidents.tasks import advance_playbook, detect_events
+from incidents.playbooks.engine import playbook_start
+from incidents.playbooks.tasks import advance_playbook
 from runs.models import Event, Node, Run
 from runs.services import record_rebuild
 from runs.tasks import apply_events

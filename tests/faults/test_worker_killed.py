@@ -15,7 +15,7 @@ from django.db import connection
 
 from incidents import services as incident_services
 from incidents.models import Incident, PlaybookExecution, StepExecution
-from incidents.playbooks import playbook_start, playbooks_resume_stale
+from incidents.playbooks.engine import playbook_start, playbooks_resume_stale
 from runs.models import Event, Node, Run
 from runs.services import record_rebuild
 from tests.clusters.conftest import wait_for

@@ -3,7 +3,7 @@
 import pytest
 from django.contrib.auth.models import Group
 
-from incidents import detection
+from incidents.detection import services as detection
 from incidents.models import Alert, Incident, TimelineEntry
 from runs.models import Run
 from tests.runs.scenario import at, event, failure_and_restart

@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from incidents import intake
+from incidents.intake import services as intake
 from incidents.models import Alert, Incident
 from runs.models import Node
 from tests.conftest import make_token

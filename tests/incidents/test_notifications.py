@@ -12,8 +12,10 @@ from django.contrib.auth.models import Group
 from django.core import mail
 from django.utils import timezone
 
-from incidents import notifications, services, tasks
+from incidents import services
 from incidents.models import Delivery, Incident, WebhookEndpoint
+from incidents.notifications import services as notifications
+from incidents.notifications import tasks
 from tests.incidents.test_detection_flow import story_until_failure, xid_storm
 
 SECRET = "s3cret-hmac-key"

@@ -308,7 +308,7 @@ REFUSABLE = [(action, form) for action, form, *_ in ACTIONS] + [("reopen", {})]
 @pytest.mark.parametrize("group", ["viewer", None], ids=["viewer", "no-role"])
 @pytest.mark.parametrize("action, form", REFUSABLE, ids=[a for a, _ in REFUSABLE])
 def test_someone_without_the_oncall_role_cannot_act(client, incident, django_user_model, group, action, form):
-    from incidents.views import ACTIONS as VIEW_ACTIONS
+    from incidents.pages.incident import ACTIONS as VIEW_ACTIONS
 
     user = _user(django_user_model, "vic", group)
     client.force_login(user)

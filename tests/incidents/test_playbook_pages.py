@@ -7,7 +7,7 @@ from django.contrib.auth.models import Group
 
 from incidents import services
 from incidents.models import Incident, PlaybookExecution, StepExecution
-from incidents.playbooks import playbook_start
+from incidents.playbooks.engine import playbook_start
 from runs.models import Node, Run
 from tests.incidents.test_detection_flow import story_until_failure
 from tests.incidents.test_playbooks import spares

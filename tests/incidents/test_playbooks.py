@@ -5,7 +5,7 @@ import time_machine
 
 from incidents import services
 from incidents.models import Incident, PlaybookExecution
-from incidents.playbooks import playbook_abort, playbook_advance, playbook_approve, playbook_start
+from incidents.playbooks.engine import playbook_abort, playbook_advance, playbook_approve, playbook_start
 from runs.models import Node, Run
 from tests.incidents.test_detection_flow import story_until_failure, xid_storm
 from tests.runs.scenario import at, event

@@ -8,9 +8,10 @@ import time_machine
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
-from incidents import postmortems, services
+from incidents import services
 from incidents.domain import postmortem as domain
 from incidents.models import ActionItem, Incident, PlaybookExecution, Postmortem
+from incidents.postmortems import services as postmortems
 from tests.incidents.test_detection_flow import story_until_failure, xid_storm
 from tests.incidents.test_playbooks import spares
 from tests.runs.scenario import at

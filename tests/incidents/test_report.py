@@ -23,9 +23,10 @@ import time_machine
 from django.core import mail
 from django.core.management import call_command
 
-from incidents import report_tasks, services
+from incidents import services
 from incidents.models import Alert, Incident
-from incidents.reports import report_build, report_generate
+from incidents.reports import tasks as report_tasks
+from incidents.reports.services import report_build, report_generate
 from runs.models import Node, WeeklyReport
 from tests.runs.scenario import event, ts
 

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from incidents.detection.tasks import watch_hangs
 from incidents.models import Incident
-from incidents.tasks import watch_hangs
 from runs.models import Event, Run
 from tests.incidents.test_detection_flow import story_until_failure, xid_storm
 from tests.runs.scenario import event

@@ -2,7 +2,7 @@
 
 import pytest
 
-from incidents import detection
+from incidents.detection import services as detection
 from incidents.models import Alert, Incident
 from runs.models import Node
 from tests.runs.scenario import at, event

@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from incidents.domain.report import week_before
-from incidents.reports import report_generate
+from incidents.reports.services import report_generate
 
 
 def _moment(text: str) -> datetime:

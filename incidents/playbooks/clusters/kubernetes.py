@@ -37,7 +37,7 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from incidents.clusters.base import (
+from incidents.playbooks.clusters.base import (
     DEFAULT_HEALTH_CHECKS,
     ClusterAdapter,
     ClusterError,

@@ -14,11 +14,12 @@ from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
+from fleetops.celery import task_named
 from incidents import services
-from incidents.clusters import adapter_for
-from incidents.clusters.base import ClusterError, RefusedError, TransientError
 from incidents.domain.playbooks import PLAYBOOKS, approver_for, backoff_s, breaker_open
 from incidents.models import Incident, PlaybookExecution, StepExecution
+from incidents.playbooks.clusters import adapter_for
+from incidents.playbooks.clusters.base import ClusterError, RefusedError, TransientError
 from runs.models import Node, Run
 
 log = logging.getLogger(__name__)
@@ -82,9 +83,8 @@ def playbook_start(
 
 
 def _queue(execution_id: int, countdown: float = 0) -> None:
-    from incidents.tasks import advance_playbook
-
-    transaction.on_commit(lambda: advance_playbook.apply_async((execution_id,), countdown=countdown))
+    advance = task_named("incidents.tasks.advance_playbook")
+    transaction.on_commit(lambda: advance.apply_async((execution_id,), countdown=countdown))
 
 
 def playbook_advance(*, execution_id: int) -> str:

@@ -16,7 +16,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from fleetops.roles import can_act
-from incidents import report_charts, reports
+from incidents.reports import charts as report_charts
+from incidents.reports import services as reports
 from runs.models import WeeklyReport
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"

@@ -30,6 +30,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from fleetops.celery import task_named
 from incidents.models import Delivery, Incident, TimelineEntry, WebhookEndpoint
 
 EVENTS = (
@@ -109,9 +110,7 @@ def _delivery_create(*, endpoint: WebhookEndpoint, entry: TimelineEntry, event: 
 
 
 def _queue(delivery_id: int, countdown: float | None = None) -> None:
-    # Imported here: tasks imports detection, which imports services, which imports this module.
-    from incidents.tasks import deliver_notification
-
+    deliver_notification = task_named("incidents.tasks.deliver_notification")
     if countdown is None:
         transaction.on_commit(lambda: deliver_notification.delay(delivery_id))
     else:

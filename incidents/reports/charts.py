@@ -1,4 +1,4 @@
-"""Plotly figures of the weekly report as plain dicts, built from its stored numbers (incidents.reports)."""
+"""Plotly figures of the weekly report as plain dicts, built from its stored numbers (incidents.reports.services)."""
 
 from dataclasses import fields
 from datetime import date

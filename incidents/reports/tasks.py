@@ -15,7 +15,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from incidents.domain.report import week_before
-from incidents.reports import report_csv_rows, report_generate
+from incidents.reports.services import report_csv_rows, report_generate
 
 _RETRY = {"acks_late": True, "autoretry_for": (OperationalError,), "retry_backoff": 2, "max_retries": 5}
 

@@ -13,10 +13,11 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
 from fleetops.roles import can_act
-from incidents import postmortems, services
+from incidents import services
 from incidents.domain.postmortem import to_html
 from incidents.models import ActionItem, Incident, Postmortem
-from incidents.views import acting_actor
+from incidents.pages.incident import acting_actor
+from incidents.postmortems import services as postmortems
 
 EDIT = "edit the postmortems of"
 ACTIONS = ("draft", "save", "review", "close", "item", "done")

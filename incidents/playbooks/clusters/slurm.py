@@ -34,7 +34,7 @@ import shlex
 import subprocess
 from dataclasses import dataclass, field
 
-from incidents.clusters.base import (
+from incidents.playbooks.clusters.base import (
     DEFAULT_HEALTH_CHECKS,
     ClusterAdapter,
     ClusterError,

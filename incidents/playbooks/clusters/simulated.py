@@ -22,7 +22,7 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
-from incidents.clusters.base import (
+from incidents.playbooks.clusters.base import (
     ClusterAdapter,
     HealthCheck,
     JobStatus,

@@ -6,8 +6,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from fleetops.roles import is_admin
-from incidents import notifications
 from incidents.models import Delivery
+from incidents.notifications import services as notifications
 
 LOG_LIMIT = 200
 

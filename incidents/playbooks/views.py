@@ -11,10 +11,10 @@ from django.views.decorators.http import require_POST
 
 from fleetops.roles import ADMIN, can_act, is_admin
 from incidents import selectors, services
-from incidents.forms import PlaybookStartForm
 from incidents.models import Incident, PlaybookExecution, StepExecution
-from incidents.playbooks import PlaybookError, playbook_abort, playbook_approve, playbook_start
-from incidents.views import acting_actor, incident_context
+from incidents.pages.incident import acting_actor, incident_context
+from incidents.playbooks.engine import PlaybookError, playbook_abort, playbook_approve, playbook_start
+from incidents.playbooks.forms import PlaybookStartForm
 
 
 @require_POST

@@ -133,7 +133,7 @@ def _stabilize(alert) -> None:
         return
     if alert.first_seen_at < timezone.now() - timedelta(seconds=settings.PLAYBOOK_AUTO_START_MAX_AGE_S):
         return  # a fault from the past (a backfill, the demo's history) is not drained now
-    from incidents.playbooks import playbook_start  # the engine imports the cluster adapters: only when needed
+    from incidents.playbooks.engine import playbook_start  # the engine imports the cluster adapters: only when needed
 
     playbook_start(
         playbook="drain-and-replace", actor=services.FLEETOPS, node=alert.node, run=incident.run, incident=incident

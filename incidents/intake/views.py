@@ -13,7 +13,8 @@ from rest_framework.decorators import (
 from rest_framework.response import Response
 
 from fleetops.jsonparse import PayloadTooLarge, StrictJSONParser
-from incidents import intake, services
+from incidents import services
+from incidents.intake import services as intake
 from runs.api.auth import EventsWriteScope, token_authenticate
 from runs.api.base import InvalidEvents
 from runs.api.serializers import ErrorSerializer

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from incidents import report_views
+from incidents.reports import views as report_views
 
 urlpatterns = [
     path("", report_views.report_list, name="report-list"),

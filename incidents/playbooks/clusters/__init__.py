@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 from django.conf import settings
 
-from incidents.clusters.base import (
+from incidents.playbooks.clusters.base import (
     DEFAULT_HEALTH_CHECKS,
     ClusterAdapter,
     ClusterError,
@@ -28,8 +28,8 @@ from incidents.clusters.base import (
     RefusedError,
     TransientError,
 )
-from incidents.clusters.simulated import SimulatedAdapter
-from incidents.clusters.slurm import SlurmAdapter, SlurmConfig
+from incidents.playbooks.clusters.simulated import SimulatedAdapter
+from incidents.playbooks.clusters.slurm import SlurmAdapter, SlurmConfig
 from runs.models import Cluster
 
 __all__ = [
@@ -57,7 +57,7 @@ def adapter_for(cluster: Cluster) -> ClusterAdapter:
         return SlurmAdapter(config)
     if cluster.scheduler == Cluster.Scheduler.KUBERNETES:
         # Imported here: the client takes most of a second to import, which Slurm and demo users need not pay.
-        from incidents.clusters.kubernetes import KubernetesAdapter, KubernetesConfig
+        from incidents.playbooks.clusters.kubernetes import KubernetesAdapter, KubernetesConfig
 
         options = {
             "namespace": getattr(settings, "KUBERNETES_NAMESPACE", None),

@@ -1,0 +1,94 @@
+"""The fleet overview: goodput of the last 24 h, open incidents, suspect and lemon nodes, the node grid, the runs.
+
+It shows the record (runs) and the response (incidents) side by side, so it lives here, above both apps."""
+
+import functools
+from collections import Counter
+from datetime import timedelta
+from html import escape
+from urllib.parse import quote
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpResponseBadRequest
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.safestring import mark_safe
+from django.views.decorators.vary import vary_on_headers
+
+from fleetops import paging
+from incidents import selectors as incident_selectors
+from runs import selectors
+from runs.models import Node, Run
+
+RUNS_PAGE = 25  # rows of the overview's run table a page: a fleet's months of runs are ?page=2 and on
+
+
+@login_required
+@vary_on_headers("HX-Request")
+def overview(request):
+    state = request.GET.get("state", "")
+    if state not in Run.State.values:
+        state = ""
+    total = selectors.runs_count(state=state)
+    page = paging.page_get(request, total=total, size=RUNS_PAGE)
+    if page is None:
+        return HttpResponseBadRequest("page: a whole number of 1 or more", content_type="text/plain")
+    runs = selectors.runs_list(state=state, first=page.first, limit=page.size)
+    context = {
+        "runs": runs,
+        "run_states": Run.State.values,
+        "state": state,
+        "pager": paging.pager(request, "overview", page, shown=len(runs), total=total),
+        # What the table's poll asks for: this page, with its filter.
+        "table_url": reverse("overview") + (f"?{request.GET.urlencode()}" if request.GET else ""),
+        "pending_events": selectors.events_pending_count(),
+    }
+    if request.htmx and not request.htmx.history_restore_request:
+        return render(request, "runs/overview.html#run-table", context)
+    context |= {
+        "clusters": selectors.node_states_by_cluster(),
+        "spare_pools": incident_selectors.spare_pools_get(now=timezone.now()),
+        "node_states": Node.STATES,
+        "interruptions": selectors.interruptions_recent(),
+        **_fleet_health_context(timezone.now()),
+    }
+    return render(request, "runs/overview.html", context)
+
+
+def _fleet_health_context(now) -> dict:
+    """What the on-call looks at first: goodput now, what is open, which nodes are bad, every node's state."""
+    grid = selectors.node_grid_get()
+    goodput_24h = selectors.fleet_goodput_get(since=now - timedelta(hours=24), until=now, now=now).total
+    suspect_count, suspects = selectors.suspect_nodes_get(limit=8)
+    lemon_count, lemons = selectors.lemon_nodes_get(limit=8)
+    state_counts = Counter(state for row in grid for _, state in row.nodes)
+    in_incident = incident_selectors.nodes_in_open_incidents()
+    return {
+        "grid": [(row, _grid_cells(row, in_incident)) for row in grid],
+        "grid_width": max((len(row.nodes) for row in grid), default=0),
+        "grid_legend": [(value, label, state_counts[value]) for value, label in Node.STATES],
+        "node_total": sum(state_counts.values()),
+        "goodput_24h": goodput_24h if goodput_24h.wall_clock_s > 0 else None,
+        "open_incidents": list(incident_selectors.incidents_list(open_only=True)[:8]),
+        "open_summary": incident_selectors.open_incidents_summary(),
+        "suspect_count": suspect_count,
+        "suspects": suspects,
+        "lemon_count": lemon_count,
+        "lemons": lemons,
+    }
+
+
+def _grid_cells(row: selectors.RackRow, in_incident: set[str]) -> str:
+    """A rack's cells as HTML. Built here, not by a template loop: a loop costs ~0.3 ms a cell, ~0.6 s at 2,000
+    nodes; a cell here is a dictionary lookup once its node and state have been seen."""
+    node_url = reverse("node-page", args=["-"])[:-1]  # one reverse a rack, not one a cell
+    cells = (_grid_cell(node_url, hostname, state, hostname in in_incident) for hostname, state in row.nodes)
+    return mark_safe("".join(cells))  # noqa: S308 -- escaped in _grid_cell
+
+
+@functools.lru_cache(maxsize=65_536)
+def _grid_cell(node_url: str, hostname: str, state: str, hot: bool) -> str:
+    """One node's cell. Hostnames and states come from events: escaped as autoescape would."""
+    url, host, state = escape(node_url + quote(hostname)), escape(hostname), escape(state)
+    return f'<a href="{url}" class="cell s-{state}{" hot" if hot else ""}" title="{host} · {state}"></a>'

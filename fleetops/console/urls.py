@@ -1,0 +1,10 @@
+from django.urls import path
+
+from fleetops.console import node_page, overview, run_page
+
+urlpatterns = [
+    path("", overview.overview, name="overview"),
+    path("runs/<str:name>", run_page.run_detail, name="run-page"),
+    path("runs/<str:name>/advisor", run_page.run_advisor, name="run-advisor"),
+    path("nodes/<str:hostname>", node_page.node_detail, name="node-page"),
+]

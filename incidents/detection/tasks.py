@@ -1,0 +1,45 @@
+"""Celery tasks of the detectors: thin, idempotent (events are claimed), each calls one service.
+
+Names pinned (name=): queued messages, routes and the beat schedule know them by the module they had before
+incidents/ was split into packages."""
+
+from celery import shared_task
+from django.utils import timezone
+
+from fleetops.celery import retry_transient
+from incidents.detection import services as detection
+
+
+@shared_task(name="incidents.tasks.detect_events", **retry_transient())
+def detect_events(event_ids: list[int]) -> int:
+    return detection.events_detect(event_ids=event_ids)
+
+
+@shared_task(name="incidents.tasks.detect_pending", **retry_transient())
+def detect_pending() -> int:
+    return detection.pending_detect()
+
+
+@shared_task(name="incidents.tasks.watch_hangs", **retry_transient())
+def watch_hangs() -> int:
+    return detection.hangs_detect(now=timezone.now())
+
+
+@shared_task(name="incidents.tasks.watch_heartbeats", **retry_transient())
+def watch_heartbeats() -> int:
+    return detection.heartbeats_detect(now=timezone.now())
+
+
+@shared_task(name="incidents.tasks.detect_stragglers", **retry_transient())
+def detect_stragglers() -> int:
+    return detection.stragglers_detect(now=timezone.now())
+
+
+@shared_task(name="incidents.tasks.detect_sdc", **retry_transient())
+def detect_sdc() -> int:
+    return detection.sdc_detect(now=timezone.now())
+
+
+@shared_task(name="incidents.tasks.detect_lemons", **retry_transient())
+def detect_lemons() -> int:
+    return detection.lemons_detect(now=timezone.now())
