@@ -17,6 +17,7 @@ from django.db.models import Case, DateTimeField, F, Func, JSONField, Q, Value, 
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
+from fleetops.celery import task_named
 from runs.domain import cloudevents, lifecycle
 from runs.domain.cloudevents import CloudEvent, parse_time
 from runs.models import GPU, Attempt, Checkpoint, Cluster, Event, Interruption, Node, Run
@@ -149,12 +150,11 @@ def _insert_orm(rows: list[tuple]) -> dict[tuple[str, str], int]:
 def _enqueue_apply(event_ids: list[int]) -> None:
     """Queue the application of stored events once they are committed. A broker that is down loses only the
     message, never the event: the sweeper (runs.tasks.apply_pending_events) applies what was not applied."""
-    from runs.tasks import apply_events  # tasks import services: import here to keep the arrow one way
-
     # One task for the whole batch (events_apply takes it APPLY_CHUNK events a transaction): a batch comes from one
     # sender, mostly one run, and a run's chunks serialize on its row lock anyway. A task per chunk had a second
     # worker take the batch's next chunk and wait on the first's lock instead of applying another run's batch.
     if event_ids:
+        apply_events = task_named("runs.tasks.apply_events")  # by name: tasks import services, not back
         transaction.on_commit(lambda: apply_events.delay(event_ids), robust=True)
 
 

@@ -110,3 +110,7 @@ def spares_needed(
         term *= mean / (spares + 1)
         cumulative += term
     return max_spares
+
+
+class PlaybookError(Exception):
+    """What a person asked for cannot be done; the message says why."""

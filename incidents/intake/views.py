@@ -14,6 +14,7 @@ from rest_framework.response import Response
 
 from fleetops.jsonparse import PayloadTooLarge, StrictJSONParser
 from incidents import services
+from incidents.domain import intake as domain_intake
 from incidents.intake import services as intake
 from runs.api.auth import EventsWriteScope, token_authenticate
 from runs.api.base import InvalidEvents
@@ -45,7 +46,7 @@ class InvalidPayload(InvalidEvents):
 @permission_classes([EventsWriteScope])
 @parser_classes([IntakeJSONParser])
 def alertmanager_webhook(request):
-    alerts, problems = intake.alertmanager_parse(request.data, max_alerts=settings.INTAKE_MAX_ALERTS)
+    alerts, problems = domain_intake.alertmanager_parse(request.data, max_alerts=settings.INTAKE_MAX_ALERTS)
     if problems:
         raise InvalidPayload(problems)
     with transaction.atomic():
@@ -82,7 +83,7 @@ def pagerduty_enqueue(request):
         return _pd_error(400, "Event object is invalid", [f"The body is not JSON: {error.detail}"])
     except PayloadTooLarge as error:
         return _pd_error(413, "Request too large", [str(error.detail)], "invalid request")
-    event, errors = intake.pagerduty_parse(body)
+    event, errors = domain_intake.pagerduty_parse(body)
     if event is None:
         return _pd_error(400, "Event object is invalid", errors)
     token, refusal = token_authenticate(event.routing_key)

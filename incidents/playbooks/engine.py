@@ -7,7 +7,6 @@ Every state change writes the incident's timeline.
 """
 
 import logging
-import time
 from datetime import timedelta
 
 from django.conf import settings
@@ -16,17 +15,14 @@ from django.utils import timezone
 
 from fleetops.celery import task_named
 from incidents import services
-from incidents.domain.playbooks import PLAYBOOKS, approver_for, backoff_s, breaker_open
+from incidents.domain.playbooks import PLAYBOOKS, PlaybookError, approver_for, backoff_s
 from incidents.models import Incident, PlaybookExecution, StepExecution
+from incidents.playbooks import steps
 from incidents.playbooks.clusters import adapter_for
 from incidents.playbooks.clusters.base import ClusterError, RefusedError, TransientError
 from runs.models import Node, Run
 
 log = logging.getLogger(__name__)
-
-
-class PlaybookError(Exception):
-    """What a person asked for cannot be done; the message says why."""
 
 
 def playbook_start(
@@ -115,7 +111,7 @@ def playbook_advance(*, execution_id: int) -> str:
             output = (
                 _describe(execution, spec)
                 if execution.dry_run
-                else OPERATIONS[spec["operation"]](execution, step, spec)
+                else steps.OPERATIONS[spec["operation"]](execution, step, spec)
             )
         except TransientError as error:
             if step.attempts < spec.get("retries", 3):
@@ -138,11 +134,6 @@ def _leased(execution: PlaybookExecution) -> bool:
     return execution.heartbeat_at is not None and execution.heartbeat_at > timezone.now() - lease
 
 
-def _beat(execution: PlaybookExecution) -> None:
-    """Renew the lease on the step in hand, from a step that waits on the cluster for a while."""
-    PlaybookExecution.objects.filter(pk=execution.pk).update(heartbeat_at=timezone.now())
-
-
 def _release(step: StepExecution) -> None:
     try:
         StepExecution.objects.filter(pk=step.pk, status=StepExecution.Status.RUNNING).update(
@@ -155,10 +146,10 @@ def _release(step: StepExecution) -> None:
 def _describe(execution: PlaybookExecution, spec: dict) -> dict:
     """Dry run: the calls the step would make, without touching the cluster."""
     node = execution.node.hostname if execution.node else None
-    job = _job_id(execution) if execution.run else None
-    adapter = adapter_for(_cluster(execution))
+    job = steps.job_id_of(execution) if execution.run else None
+    adapter = adapter_for(steps.cluster_of(execution))
     plans = {
-        "drain_node": lambda: adapter.describe_plan("ensure_drained", name=node, reason=_reason(execution)),
+        "drain_node": lambda: adapter.describe_plan("ensure_drained", name=node, reason=steps.reason_of(execution)),
         "pick_spare": lambda: adapter.describe_plan("list_spares"),
         "requeue_job": lambda: adapter.describe_plan("requeue_job", job_id=job),
         "wait_job_running": lambda: adapter.describe_plan("job_status", job_id=job),
@@ -285,144 +276,3 @@ def playbooks_resume_stale(*, older_than: timedelta | None = None) -> int:
         with transaction.atomic():
             _queue(pk)
     return len(stale)
-
-
-# --- Operations: each an idempotent ensure-call; returns what it found or did --------------------------
-
-
-def _cluster(execution):
-    node, run = execution.node, execution.run
-    cluster = (node.cluster if node else None) or (run.cluster if run else None)
-    if cluster is None:
-        raise PlaybookError("The node and run belong to no known cluster: nothing to act on.")
-    return cluster
-
-
-def _reason(execution) -> str:
-    incident = execution.incident
-    return f"fleetops #{incident.pk}: {incident.title}"[:200] if incident else f"fleetops playbook #{execution.pk}"
-
-
-def _job_id(execution) -> str:
-    attempt = execution.run.attempts.order_by("-number").first() if execution.run else None
-    if attempt is None:
-        raise PlaybookError("The run has no scheduler job to requeue.")
-    return attempt.job_id
-
-
-def _drain_node(execution, step, spec) -> dict:
-    cluster = _cluster(execution)
-    taken_out = Node.objects.filter(cluster=cluster, state__in=["cordoned", "draining", "in_repair"]).count()
-    fleet = Node.objects.filter(cluster=cluster).exclude(state="retired").count()
-    if execution.node.state not in ("cordoned", "draining", "in_repair") and breaker_open(
-        taken_out=taken_out, fleet=fleet, max_share=settings.PLAYBOOK_MAX_OUT_SHARE
-    ):
-        if execution.incident_id:
-            services.incident_page_human(
-                incident=execution.incident, why=f"circuit breaker: {taken_out} of {fleet} nodes already out of service"
-            )
-        raise RefusedError(
-            f"circuit breaker open: {taken_out} of {fleet} nodes already out of service "
-            f"(at most {settings.PLAYBOOK_MAX_OUT_SHARE:.0%}); a human must decide"
-        )
-    outcome = adapter_for(cluster).ensure_drained(execution.node.hostname, _reason(execution))
-    raw = outcome.node.raw_state if outcome.node else ""
-    return {"summary": outcome.summary, "state": raw, "changed": outcome.changed}
-
-
-def _pick_spare(execution, step, spec) -> dict:
-    if step.output.get("spare"):
-        return step.output
-    spares = [s for s in adapter_for(_cluster(execution)).list_spares() if s.name != execution.node.hostname]
-    if not spares:
-        raise TransientError("no hot spare is free: waiting for one")
-    return {"summary": f"spare {spares[0].name}", "spare": spares[0].name}
-
-
-def _spare(execution) -> str:
-    return execution.steps.get(name="pick spare").output["spare"]
-
-
-def _requeue_job(execution, step, spec) -> dict:
-    job, adapter = _job_id(execution), adapter_for(_cluster(execution))
-    seen = step.output.get("seen_restart_count")
-    if seen is None:
-        # Written down before the requeue: a worker that dies after requeueing leaves this behind, and the
-        # retry then finds the job restarted already instead of requeueing it a second time.
-        seen = adapter.job_status(job).restart_count
-        step.output = {"seen_restart_count": seen}
-        StepExecution.objects.filter(pk=step.pk).update(output=step.output)
-    outcome = adapter.requeue_job(
-        job, seen_restart_count=seen, exclude=[execution.node.hostname], onto=_spare(execution)
-    )
-    return {"summary": outcome.summary, "job": job, "seen_restart_count": seen, "changed": outcome.changed}
-
-
-def _wait_job_running(execution, step, spec) -> dict:
-    job = _job_id(execution)
-    deadline = time.monotonic() + 20
-    adapter = adapter_for(_cluster(execution))
-    while True:
-        status = adapter.job_status(job)
-        if status.state.upper() == "RUNNING" and execution.node.hostname not in status.nodes:
-            break
-        if time.monotonic() > deadline:
-            raise TransientError(f"job {job} is {status.state} on {status.nodes}: not running elsewhere yet")
-        time.sleep(1)
-        _beat(execution)
-    since = execution.started_at
-    seconds = (timezone.now() - since).total_seconds()
-    if execution.incident_id:
-        services.incident_mitigate(
-            incident=execution.incident,
-            text=f"Job {job} running again on {', '.join(status.nodes)}, {seconds:.0f} s after the playbook started",
-        )
-    return {
-        "summary": f"job {job} running on {', '.join(status.nodes)}",
-        "nodes": status.nodes,
-        "seconds_since_start": seconds,
-    }
-
-
-def _send_to_repair(execution, step, spec) -> dict:
-    adapter_for(_cluster(execution)).ensure_in_pool(execution.node.hostname, "repair")
-    return {"summary": f"{execution.node.hostname} sent to repair"}
-
-
-def _health_check(execution, step, spec) -> dict:
-    adapter, node, check = adapter_for(_cluster(execution)), execution.node.hostname, spec["check"]
-    result = adapter.health_check(node, check)  # starts one, or returns the run still in flight
-    deadline = time.monotonic() + 20
-    while not result.done and time.monotonic() < deadline:
-        time.sleep(1)
-        _beat(execution)
-        result = adapter.health_check_result(node, check)
-    if not result.done:
-        raise TransientError(f"{check} on {node} is still {result.state}")
-    if not result.passed:
-        raise RefusedError(f"{check} failed on {node}: {result.details}")
-    return {"summary": f"{check} passed on {node}", "details": result.details}
-
-
-def _prepare_checks(execution, step, spec) -> dict:
-    outcome = adapter_for(_cluster(execution)).ensure_ready_for_checks(execution.node.hostname)
-    return {"summary": outcome.summary, "changed": outcome.changed}
-
-
-def _return_to_pool(execution, step, spec) -> dict:
-    adapter = adapter_for(_cluster(execution))
-    adapter.ensure_resumed(execution.node.hostname)
-    adapter.ensure_in_pool(execution.node.hostname, "spare")
-    return {"summary": f"{execution.node.hostname} back in the spare pool"}
-
-
-OPERATIONS = {
-    "drain_node": _drain_node,
-    "pick_spare": _pick_spare,
-    "requeue_job": _requeue_job,
-    "wait_job_running": _wait_job_running,
-    "send_to_repair": _send_to_repair,
-    "health_check": _health_check,
-    "prepare_checks": _prepare_checks,
-    "return_to_pool": _return_to_pool,
-}

@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from incidents.intake import services as intake
+from incidents.domain import intake
 from incidents.models import Alert, Incident
 from runs.models import Node
 from tests.conftest import make_token

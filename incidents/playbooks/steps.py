@@ -1,0 +1,145 @@
+"""The playbook steps' operations: each an idempotent ensure-call through the cluster adapter, returning what it
+found or did (the step's output). A step whose worker died is run again as it is: ensure-calls change nothing twice.
+"""
+
+import time
+
+from django.utils import timezone
+
+from incidents import services
+from incidents.domain.playbooks import PlaybookError
+from incidents.models import PlaybookExecution, StepExecution
+from incidents.playbooks import breaker
+from incidents.playbooks.clusters import adapter_for
+from incidents.playbooks.clusters.base import RefusedError, TransientError
+
+
+def lease_renew(execution: PlaybookExecution) -> None:
+    """Renew the lease on the step in hand, from a step that waits on the cluster for a while."""
+    PlaybookExecution.objects.filter(pk=execution.pk).update(heartbeat_at=timezone.now())
+
+
+def cluster_of(execution):
+    node, run = execution.node, execution.run
+    cluster = (node.cluster if node else None) or (run.cluster if run else None)
+    if cluster is None:
+        raise PlaybookError("The node and run belong to no known cluster: nothing to act on.")
+    return cluster
+
+
+def reason_of(execution) -> str:
+    incident = execution.incident
+    return f"fleetops #{incident.pk}: {incident.title}"[:200] if incident else f"fleetops playbook #{execution.pk}"
+
+
+def job_id_of(execution) -> str:
+    attempt = execution.run.attempts.order_by("-number").first() if execution.run else None
+    if attempt is None:
+        raise PlaybookError("The run has no scheduler job to requeue.")
+    return attempt.job_id
+
+
+def _drain_node(execution, step, spec) -> dict:
+    cluster = cluster_of(execution)
+    breaker.check(execution=execution, cluster=cluster)
+    outcome = adapter_for(cluster).ensure_drained(execution.node.hostname, reason_of(execution))
+    raw = outcome.node.raw_state if outcome.node else ""
+    return {"summary": outcome.summary, "state": raw, "changed": outcome.changed}
+
+
+def _pick_spare(execution, step, spec) -> dict:
+    if step.output.get("spare"):
+        return step.output
+    spares = [s for s in adapter_for(cluster_of(execution)).list_spares() if s.name != execution.node.hostname]
+    if not spares:
+        raise TransientError("no hot spare is free: waiting for one")
+    return {"summary": f"spare {spares[0].name}", "spare": spares[0].name}
+
+
+def _spare(execution) -> str:
+    return execution.steps.get(name="pick spare").output["spare"]
+
+
+def _requeue_job(execution, step, spec) -> dict:
+    job, adapter = job_id_of(execution), adapter_for(cluster_of(execution))
+    seen = step.output.get("seen_restart_count")
+    if seen is None:
+        # Written down before the requeue: a worker that dies after requeueing leaves this behind, and the
+        # retry then finds the job restarted already instead of requeueing it a second time.
+        seen = adapter.job_status(job).restart_count
+        step.output = {"seen_restart_count": seen}
+        StepExecution.objects.filter(pk=step.pk).update(output=step.output)
+    outcome = adapter.requeue_job(
+        job, seen_restart_count=seen, exclude=[execution.node.hostname], onto=_spare(execution)
+    )
+    return {"summary": outcome.summary, "job": job, "seen_restart_count": seen, "changed": outcome.changed}
+
+
+def _wait_job_running(execution, step, spec) -> dict:
+    job = job_id_of(execution)
+    deadline = time.monotonic() + 20
+    adapter = adapter_for(cluster_of(execution))
+    while True:
+        status = adapter.job_status(job)
+        if status.state.upper() == "RUNNING" and execution.node.hostname not in status.nodes:
+            break
+        if time.monotonic() > deadline:
+            raise TransientError(f"job {job} is {status.state} on {status.nodes}: not running elsewhere yet")
+        time.sleep(1)
+        lease_renew(execution)
+    since = execution.started_at
+    seconds = (timezone.now() - since).total_seconds()
+    if execution.incident_id:
+        services.incident_mitigate(
+            incident=execution.incident,
+            text=f"Job {job} running again on {', '.join(status.nodes)}, {seconds:.0f} s after the playbook started",
+        )
+    return {
+        "summary": f"job {job} running on {', '.join(status.nodes)}",
+        "nodes": status.nodes,
+        "seconds_since_start": seconds,
+    }
+
+
+def _send_to_repair(execution, step, spec) -> dict:
+    adapter_for(cluster_of(execution)).ensure_in_pool(execution.node.hostname, "repair")
+    return {"summary": f"{execution.node.hostname} sent to repair"}
+
+
+def _health_check(execution, step, spec) -> dict:
+    adapter, node, check = adapter_for(cluster_of(execution)), execution.node.hostname, spec["check"]
+    result = adapter.health_check(node, check)  # starts one, or returns the run still in flight
+    deadline = time.monotonic() + 20
+    while not result.done and time.monotonic() < deadline:
+        time.sleep(1)
+        lease_renew(execution)
+        result = adapter.health_check_result(node, check)
+    if not result.done:
+        raise TransientError(f"{check} on {node} is still {result.state}")
+    if not result.passed:
+        raise RefusedError(f"{check} failed on {node}: {result.details}")
+    return {"summary": f"{check} passed on {node}", "details": result.details}
+
+
+def _prepare_checks(execution, step, spec) -> dict:
+    outcome = adapter_for(cluster_of(execution)).ensure_ready_for_checks(execution.node.hostname)
+    return {"summary": outcome.summary, "changed": outcome.changed}
+
+
+def _return_to_pool(execution, step, spec) -> dict:
+    adapter = adapter_for(cluster_of(execution))
+    adapter.ensure_resumed(execution.node.hostname)
+    adapter.ensure_in_pool(execution.node.hostname, "spare")
+    return {"summary": f"{execution.node.hostname} back in the spare pool"}
+
+
+OPERATIONS = {
+    "drain_node": _drain_node,
+    "pick_spare": _pick_spare,
+    "requeue_job": _requeue_job,
+    "wait_job_running": _wait_job_running,
+    "send_to_repair": _send_to_repair,
+    "health_check": _health_check,
+    "prepare_checks": _prepare_checks,
+    "return_to_pool": _return_to_pool,
+}
