@@ -388,3 +388,27 @@ class Delivery(models.Model):
 
     def __str__(self):
         return f"{self.event} #{self.incident_id} -> {self.endpoint_id} ({self.status})"
+
+
+class WeeklyReport(models.Model):
+    """A reliability report of one window (a week, usually), frozen when generated: later events do not change it.
+
+    `data` holds plain numbers (incidents/reports/selectors.py: report_build). One report per window: regenerating
+    replaces it. Its table keeps the name it had when the model lived in runs (moved by state-only migrations).
+    """
+
+    since = models.DateTimeField()
+    until = models.DateTimeField()
+    generated_at = models.DateTimeField()
+    data = models.JSONField()
+
+    class Meta:
+        db_table = "runs_weeklyreport"
+        ordering = ["-since", "-until"]
+        constraints = [models.UniqueConstraint(fields=["since", "until"], name="weekly_report_unique_window")]
+
+    def __str__(self):
+        return f"report {self.since:%Y-%m-%d} to {self.until:%Y-%m-%d}"
+
+    def get_absolute_url(self):
+        return reverse("report-page", args=[self.pk])

@@ -351,26 +351,3 @@ class ApiToken(models.Model):
 
 # For the OpenAPI schema's enum names (settings.SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]).
 CHECKPOINT_STATUS_CHOICES = Checkpoint.Status.choices
-
-
-class WeeklyReport(models.Model):
-    """A reliability report of one window (a week, usually), frozen when generated: later events do not change it.
-
-    `data` holds plain numbers (incidents.reports.services.report_build); it lives here rather than in incidents so that
-    the report's storage does not wait on the incidents models. One report per window: regenerating replaces it.
-    """
-
-    since = models.DateTimeField()
-    until = models.DateTimeField()
-    generated_at = models.DateTimeField()
-    data = models.JSONField()
-
-    class Meta:
-        ordering = ["-since", "-until"]
-        constraints = [models.UniqueConstraint(fields=["since", "until"], name="weekly_report_unique_window")]
-
-    def __str__(self):
-        return f"report {self.since:%Y-%m-%d} to {self.until:%Y-%m-%d}"
-
-    def get_absolute_url(self):
-        return reverse("report-page", args=[self.pk])

@@ -40,10 +40,10 @@ def test_every_task_is_routed_to_a_queue_a_worker_consumes():
 def test_a_waiting_report_does_not_hold_up_a_playbook(broker, post_applied):
     """A worker on the playbooks queue finishes a playbook while a report waits, unconsumed, in its own queue."""
     from incidents import services
-    from incidents.models import PlaybookExecution
+    from incidents.models import PlaybookExecution, WeeklyReport
     from incidents.playbooks.engine import playbook_start
     from incidents.reports.tasks import generate_weekly_report
-    from runs.models import Node, Run, WeeklyReport
+    from runs.models import Node, Run
     from tests.services import Worker
 
     run, node = post_applied()

@@ -24,10 +24,10 @@ from django.core import mail
 from django.core.management import call_command
 
 from incidents import services
-from incidents.models import Alert, Incident
+from incidents.models import Alert, Incident, WeeklyReport
 from incidents.reports import tasks as report_tasks
 from incidents.reports.services import report_build, report_generate
-from runs.models import Node, WeeklyReport
+from runs.models import Node
 from tests.runs.scenario import event, ts
 
 pytestmark = [pytest.mark.django_db]
@@ -334,7 +334,8 @@ def test_generating_twice_keeps_one_report_and_the_task_mails_it(week, settings)
     report = WeeklyReport.objects.get()
     assert first == second == report.pk and (report.since, report.until) == (SINCE, UNTIL)
     assert len(mail.outbox) == 2 and "94.22%" in mail.outbox[0].body
-    assert mail.outbox[0].attachments[0][0] == "fleetops-report-2026-03-02.csv"
+    # One file-name rule for every rendering (rendering.report_filename): the e-mailed CSV is named as the download.
+    assert mail.outbox[0].attachments[0][0] == "fleetops-report-2026-03-02-2026-03-09.csv"
 
 
 def test_the_command_generates_any_window(week):
