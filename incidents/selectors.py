@@ -1,19 +1,16 @@
 """Reads for incidents: live impact, lists, response metrics."""
 
-import statistics
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.core.cache import cache
 from django.db.models import Count, Max, Min, Q, Sum
 
-from incidents.domain.playbooks import spares_needed
 from incidents.domain.response import IncidentTimes, response_metrics
 from incidents.models import Incident, PlaybookExecution, TimelineEntry
 from runs.domain import goodput
-from runs.models import Cluster, Event, Interruption, Node, Run
+from runs.models import Interruption
 from runs.selectors import run_costs_get, run_timeline_get
 
 
@@ -206,77 +203,3 @@ def response_metrics_get(*, since: datetime, until: datetime) -> dict:
         )
     ]
     return response_metrics(times, since=since, until=until)
-
-
-# --- Spare pool sufficiency (DOMAIN.md section 5) ---
-
-
-@dataclass(frozen=True)
-class SparePool:
-    cluster_id: int
-    spares: int  # hot spares now
-    needed: int  # the smallest pool with P(more failures in a repair window than spares) < target
-    failures_per_hour: float
-    repair_hours: float
-    repair_measured: bool  # from the cluster's own repairs, or the default
-    target: float
-
-    @property
-    def short(self) -> bool:
-        return self.spares < self.needed
-
-
-def spare_pools_get(*, now: datetime, window_days: int = 30, target: float = 0.01) -> dict[int, SparePool]:
-    """Per cluster: hot spares now against what its failure rate and repair time call for.
-
-    The same few queries however many clusters. The repair times, read from every node's node.state history, are
-    kept in the cache for SPARE_REPAIR_CACHE_S: a median of repairs that take days moves by hours, not seconds,
-    and the overview asks for it on every load.
-    """
-    since = now - timedelta(days=window_days)
-    failures = _per_cluster(
-        Interruption.objects.filter(planned=False, fault_at__gte=since), "run__cluster_id", n=Count("id")
-    )
-    first_start = _per_cluster(Run.objects.all(), "cluster_id", n=Min("started_at"))
-    spares = _per_cluster(Node.objects.filter(state="hot_spare"), "cluster_id", n=Count("id"))
-    repairs = cache.get_or_set("spare-pools:repair-hours", _repair_hours, settings.SPARE_REPAIR_CACHE_S)
-    pools = {}
-    for cluster_id in Cluster.objects.values_list("pk", flat=True):
-        first = first_start.get(cluster_id)
-        hours = max(((now - max(first, since)).total_seconds() / 3600) if first else 0.0, 1.0)
-        measured = repairs.get(cluster_id, [])
-        repair_hours = statistics.median(measured) if measured else settings.REPAIR_HOURS_DEFAULT
-        rate = failures.get(cluster_id, 0) / hours
-        needed = spares_needed(failures_per_hour=rate, repair_hours=repair_hours, target=target)
-        pools[cluster_id] = SparePool(
-            cluster_id, spares.get(cluster_id, 0), needed, rate, repair_hours, bool(measured), target
-        )
-    return pools
-
-
-def _per_cluster(rows, cluster_field: str, **aggregate) -> dict:
-    """{cluster id: the one aggregate} over `rows`, grouped by `cluster_field`: one query for every cluster."""
-    ((name, _),) = aggregate.items()
-    grouped = rows.filter(**{f"{cluster_field}__isnull": False}).values(cluster_field).annotate(**aggregate)
-    return dict(grouped.order_by().values_list(cluster_field, name))
-
-
-def _repair_hours() -> dict[int, list[float]]:
-    """Per cluster, how long its nodes stayed in repair: in_repair to the next hot_spare or in_service."""
-    cluster_of = dict(Node.objects.filter(cluster__isnull=False).values_list("hostname", "cluster_id"))
-    entered: dict[str, datetime] = {}
-    durations: dict[int, list[float]] = {}
-    # Only the state, not the whole data document, and only the three states that matter: a long run's cluster has
-    # thousands of node.state events.
-    rows = Event.objects.filter(
-        type="node.state",
-        node_name__in=Node.objects.filter(cluster__isnull=False).values("hostname"),
-        data__state__in=("in_repair", "hot_spare", "in_service"),
-    ).order_by("time", "id")
-    for hostname, time, state in rows.values_list("node_name", "time", "data__state"):
-        if state == "in_repair":
-            entered.setdefault(hostname, time)
-        elif hostname in entered and hostname in cluster_of:
-            hours = (time - entered.pop(hostname)).total_seconds() / 3600
-            durations.setdefault(cluster_of[hostname], []).append(hours)
-    return durations

@@ -18,6 +18,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from fleetops import paging
 from incidents import selectors as incident_selectors
+from incidents.playbooks import spares
 from runs import selectors
 from runs.models import Node, Run
 
@@ -48,7 +49,7 @@ def overview(request):
         return render(request, "runs/overview.html#run-table", context)
     context |= {
         "clusters": selectors.node_states_by_cluster(),
-        "spare_pools": incident_selectors.spare_pools_get(now=timezone.now()),
+        "spare_pools": spares.spare_pools_get(now=timezone.now()),
         "node_states": Node.STATES,
         "interruptions": selectors.interruptions_recent(),
         **_fleet_health_context(timezone.now()),

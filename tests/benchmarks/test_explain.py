@@ -324,8 +324,8 @@ def _ids(**filters) -> list[int]:
 
 
 def test_the_hot_queries_use_indexes(explain_table):
-    from incidents import selectors as incident_selectors
     from incidents.detection import services as detection
+    from incidents.playbooks import spares
     from runs import retention, selectors, services
     from runs.domain.cloudevents import parse_events
     from runs.models import GPU, Cluster, Event, Node, Run
@@ -365,7 +365,7 @@ def test_the_hot_queries_use_indexes(explain_table):
     _check("node page: Xid history", lambda: selectors.node_xid_events(node=node))
     _check(
         "overview: repair hours",
-        incident_selectors._repair_hours,
+        spares._repair_hours,
         setup=setup_run,
     )
     _check("watchdog: hangs", lambda: detection.hangs_detect(now=now), setup=setup_run)

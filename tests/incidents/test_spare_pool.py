@@ -5,7 +5,7 @@ import time_machine
 from django.core.cache import cache
 
 from incidents.domain.playbooks import spares_needed
-from incidents.selectors import spare_pools_get
+from incidents.playbooks.spares import spare_pools_get
 from runs.models import Cluster
 from tests.runs.scenario import at, event
 
