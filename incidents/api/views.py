@@ -1,7 +1,5 @@
 """The incidents API: list and read incidents, act on them (tools, chat bots), response metrics."""
 
-from datetime import timedelta
-
 import django_filters
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
@@ -16,6 +14,7 @@ from incidents.api.serializers import IncidentDetailSerializer, IncidentSerializ
 from incidents.models import Alert, Incident
 from runs.api.auth import IncidentsWriteScope
 from runs.api.serializers import ErrorSerializer
+from runs.api.windows import WindowQuery, days_before, window_get
 from runs.models import ApiToken
 
 
@@ -121,25 +120,9 @@ class _Authenticated:
         return True
 
 
-class WindowQuery(serializers.Serializer):
-    since = serializers.DateTimeField(required=False)
-    until = serializers.DateTimeField(required=False)
-
-
-def _days_before(until, days: int):
-    try:
-        return until - timedelta(days=days)
-    except OverflowError:  # until in the first days of year 1
-        raise exceptions.ValidationError({"until": [f"must be at least {days} days after 0001-01-01"]}) from None
-
-
 @extend_schema(parameters=[WindowQuery], responses=dict, summary="MTTD, MTTA, MTTM, MTTR over a window")
 @api_view(["GET"])
 def response_metrics(request):
-    query = WindowQuery(data=request.query_params)
-    query.is_valid(raise_exception=True)
-    until = query.validated_data.get("until", timezone.now())
-    since = query.validated_data.get("since") or _days_before(until, 30)
-    if until <= since:
-        raise exceptions.ValidationError({"until": ["must be later than since"]})
+    window = window_get(request.query_params, since_default=days_before(30), until_default=timezone.now())
+    since, until = window.since, window.until
     return Response({"since": since, "until": until, **selectors.response_metrics_get(since=since, until=until)})

@@ -5,7 +5,7 @@ No Django import. Times are timezone-aware datetimes; shares are fractions in [0
 
 from collections import Counter
 from collections.abc import Iterable
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, datetime, time
 
 from runs.domain.taxonomy import CAUSES
 
@@ -53,10 +53,3 @@ def top(counts: Counter, *, limit: int = 10) -> list[tuple[str, int]]:
     """The most frequent keys, ties by name; empty keys (a node without a rack) left out."""
     ranked = sorted(((key, n) for key, n in counts.items() if key), key=lambda item: (-item[1], item[0]))
     return ranked[:limit]
-
-
-def week_before(now: datetime) -> tuple[datetime, datetime]:
-    """[Monday 00:00 UTC a week ago, Monday 00:00 UTC of this week): the last full ISO week before `now`."""
-    day = datetime.combine(now.astimezone(UTC).date(), time(), tzinfo=UTC)
-    monday = day - timedelta(days=day.weekday())
-    return monday - timedelta(days=7), monday

@@ -19,7 +19,9 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, timedelta
+
+from runs.domain.utcdays import week_start
 
 METRICS = ("mttd", "mtta", "mttm", "mttr")
 
@@ -101,21 +103,15 @@ def weekly_response(
     by_week: dict[date, list[IncidentTimes]] = defaultdict(list)
     for incident in incidents:
         if since <= incident.started_at < until:
-            by_week[_week_start(incident.started_at).date()].append(incident)
+            by_week[week_start(incident.started_at).date()].append(incident)
     weeks = []
     start = since
     while start < until:
-        monday = _week_start(start)
+        monday = week_start(start)
         end = min(monday + timedelta(days=7), until)
         weeks.append((monday.date(), response_metrics(by_week[monday.date()], since=start, until=end)))
         start = end
     return weeks
-
-
-def _week_start(moment: datetime) -> datetime:
-    # In UTC, where a week is always 7 x 24 h: in a DST-aware zone one week a year is an hour short.
-    day = datetime.combine(moment.astimezone(UTC).date(), time(), tzinfo=UTC)
-    return day - timedelta(days=day.weekday())
 
 
 def severity_from_impact(

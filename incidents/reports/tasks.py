@@ -11,8 +11,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from fleetops.celery import retry_transient
-from incidents.domain.report import week_before
 from incidents.reports import services
+from runs.domain.utcdays import week_before
 
 
 @shared_task(name="incidents.report_tasks.generate_weekly_report", **retry_transient())

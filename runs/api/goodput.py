@@ -10,21 +10,9 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 from runs import selectors
+from runs.api.windows import WindowQuery, days_before, window_get
 from runs.domain import advisor, goodput
 from runs.models import Run
-
-
-class WindowQuery(serializers.Serializer):
-    since = serializers.DateTimeField(
-        required=False, help_text="RFC 3339; default: the run's start (fleet: 30 days ago)"
-    )
-    until = serializers.DateTimeField(required=False, help_text="RFC 3339; default: the run's end or now")
-
-    def validate(self, attrs):
-        if "since" in attrs and "until" in attrs and attrs["until"] <= attrs["since"]:
-            raise serializers.ValidationError({"until": "must be later than since"})
-        return attrs
-
 
 # Costs and MTBF past about 30 years mean nothing, and huge ones overflow the advisor's arithmetic (a 500).
 MAX_S = 1e9
@@ -52,20 +40,6 @@ class OverridesQuery(serializers.Serializer):
 # The daily series has a row per day of the window: a window from year 1 to 9999 took minutes and answered
 # megabytes (found by tests/test_schema_fuzz.py). Two years covers any run and any fleet report.
 MAX_WINDOW = timedelta(days=731)
-
-
-def _bounded(since, until) -> None:
-    if since is not None and until is not None and until - since > MAX_WINDOW:
-        raise serializers.ValidationError(
-            {"since": [f"the window from since to until is at most {MAX_WINDOW.days} days"]}
-        )
-
-
-def _days_before(until, days: int):
-    try:
-        return until - timedelta(days=days)
-    except OverflowError:  # until in the first days of year 1
-        raise serializers.ValidationError({"until": [f"must be at least {days} days after 0001-01-01"]}) from None
 
 
 def _query(serializer_class, request) -> dict:
@@ -115,11 +89,13 @@ def advice_json(advice: advisor.Advice) -> dict:
 @api_view(["GET"])
 def run_goodput(request, name):
     run = get_object_or_404(Run, name=name)
-    window = _query(WindowQuery, request)
-    if window:  # the run's whole life, the default, is as long as it is
-        _bounded(window.get("since", run.started_at), window.get("until", run.ended_at or timezone.now()))
+    now = timezone.now()
+    # The run's whole life, the default, is as long as it is: only a window the request names is bounded.
+    window = window_get(
+        request.query_params, since_default=run.started_at, until_default=run.ended_at or now, max_window=MAX_WINDOW
+    )
     report = selectors.run_goodput_get(
-        run=run, since=window.get("since"), until=window.get("until"), now=timezone.now()
+        run=run, since=window.given.get("since"), until=window.given.get("until"), now=now
     )
     return Response({"run": run.name, "gpus": run.gpu_count, **report_json(report)})
 
@@ -127,11 +103,9 @@ def run_goodput(request, name):
 @extend_schema(parameters=[WindowQuery], responses=dict, summary="Fleet goodput, weighted by GPU-hours")
 @api_view(["GET"])
 def fleet_goodput(request):
-    window, now = _query(WindowQuery, request), timezone.now()
-    until = window.get("until", now)
-    since = window.get("since") or _days_before(until, 30)
-    _bounded(since, until)
-    report = selectors.fleet_goodput_get(since=since, until=until, now=now)
+    now = timezone.now()
+    window = window_get(request.query_params, since_default=days_before(30), until_default=now, max_window=MAX_WINDOW)
+    report = selectors.fleet_goodput_get(since=window.since, until=window.until, now=now)
     body = report_json(report)
     body["gpu_hours"] = report.total.gpu_hours()
     body["runs"] = [{"run": run.name, "gpus": run.gpu_count, **breakdown_json(b)} for run, b in report.by_run]

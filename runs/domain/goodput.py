@@ -21,7 +21,9 @@ the lowest priority, is the union of the writes less whatever the interruptions 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields, replace
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime, timedelta
+
+from runs.domain.utcdays import day_start, week_start
 
 # The order is the priority: where labelled intervals overlap, the earlier stage owns the time.
 # "other" is downtime of an interruption that none of its three stages explains (see _labelled).
@@ -164,7 +166,7 @@ def breakdown_and_daily(
     """
     if until <= since:
         return Breakdown(), []
-    return _by_period(timeline, since=since, until=until, now=now, period_start=_day_start, length=timedelta(days=1))
+    return _by_period(timeline, since=since, until=until, now=now, period_start=day_start, length=timedelta(days=1))
 
 
 def weekly(timeline: RunTimeline, *, since: datetime, until: datetime, now: datetime) -> list[tuple[date, Breakdown]]:
@@ -172,7 +174,7 @@ def weekly(timeline: RunTimeline, *, since: datetime, until: datetime, now: date
     if until <= since:
         return []
     _total, weeks = _by_period(
-        timeline, since=since, until=until, now=now, period_start=_week_start, length=timedelta(days=7)
+        timeline, since=since, until=until, now=now, period_start=week_start, length=timedelta(days=7)
     )
     return weeks
 
@@ -235,15 +237,6 @@ def _blocking_us(seconds: float) -> int:
 
 
 # -- periods ---------------------------------------------------------------------------------------------
-
-
-def _day_start(moment: datetime) -> datetime:
-    return datetime.combine(moment.astimezone(UTC).date(), time(), tzinfo=UTC)
-
-
-def _week_start(moment: datetime) -> datetime:
-    day = _day_start(moment)
-    return day - timedelta(days=day.weekday())
 
 
 def _by_period(

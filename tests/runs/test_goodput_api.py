@@ -119,3 +119,21 @@ def test_run_advice_says_what_is_missing(reader, writer, django_capture_on_commi
     body = reader.get("/api/v1/runs/new/advice").json()
     assert body["advice"] is None and body["missing"] == ["delta_s", "mtbf_s", "restart_s"]
     assert "pass delta_s, mtbf_s, restart_s" in body["detail"]
+
+
+# One window parser for every windowed endpoint (runs/api/windows.py): defaults first, then until after since.
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/v1/runs/r1/goodput?since=2026-03-01T02:00:00Z&until=2026-03-01T01:00:00Z",
+        "/api/v1/runs/r1/goodput?since=2026-03-02T00:00:00Z",  # after the run's end, the default until
+        "/api/v1/fleet/goodput?since=2026-03-01T01:00:00Z&until=2026-03-01T01:00:00Z",
+        "/api/v1/fleet/goodput?since=2999-01-01T00:00:00Z",  # after now, the default until: accepted before the fold
+        "/api/v1/metrics/response?since=2026-03-01T02:00:00Z&until=2026-03-01T01:00:00Z",
+        "/api/v1/metrics/response?since=2999-01-01T00:00:00Z",
+    ],
+)
+def test_every_window_must_end_after_it_starts(reader, record, url):
+    response = reader.get(url)
+    assert response.status_code == 400, response.content
+    assert response.json()["errors"] == [{"field": "until", "reason": "must be later than since"}]

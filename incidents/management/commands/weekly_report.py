@@ -3,8 +3,8 @@ from datetime import UTC, datetime
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from incidents.domain.report import week_before
 from incidents.reports.services import report_generate
+from runs.domain.utcdays import week_before
 
 
 def _moment(text: str) -> datetime:
