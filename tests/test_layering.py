@@ -1,0 +1,151 @@
+"""Imports point one way (docs/ARCHITECTURE.md, "Layers"): an AST walk over every module of runs/, incidents/ and
+fleetops/, function-local imports included, with no dependency beyond the standard library.
+
+- The domain packages (runs/domain, incidents/domain) import nothing from Django, DRF or Celery, and nothing of the
+  project outside a domain package.
+- runs never imports incidents, nor the console pages that show both (fleetops/console).
+- Layers: domain <- models <- selectors/services <- tasks/views/api. A module imports its own layer or a lower one.
+  fleetops' plumbing (settings, the Celery app, roles, paging, JSON parsing, middleware) may be imported by any
+  layer but the domain, and imports no app.
+A failure names the file, the line and the import.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+APPS = ("runs", "incidents", "fleetops")
+FRAMEWORKS = ("django", "rest_framework", "celery", "kombu", "drf_spectacular", "django_htmx", "psycopg")
+
+DOMAIN, MODELS, SERVICES, INTERFACE, PLUMBING = "domain", "models", "services", "interface", "plumbing"
+RANK = {DOMAIN: 0, MODELS: 1, SERVICES: 2, INTERFACE: 3}
+# Modules named for a job of the selectors/services layer: reads, writes, and what they run on.
+SERVICE_FILES = {"selectors", "services", "engine", "steps", "breaker", "spares", "retention", "charts", "rendering"}
+INTERFACE_FILES = {"tasks", "views", "urls", "forms", "admin", "apps", "polling"}
+INTERFACE_PACKAGES = {"api", "pages", "console", "management", "templatetags"}
+PLUMBING_MODULES = {"settings", "celery", "roles", "paging", "jsonparse", "bodylimit", "middleware", "__init__"}
+
+
+def layer_of(module: str) -> str | None:
+    """The layer of a dotted module name of the project; None for one no rule places (the test asks to place it)."""
+    parts = module.split(".")
+    if "domain" in parts:
+        return DOMAIN
+    if parts[0] == "fleetops" and len(parts) == 2 and parts[1] in PLUMBING_MODULES:
+        return PLUMBING
+    if parts[0] == "fleetops" and (len(parts) == 1 or parts[1] in ("urls", "wsgi", "asgi")):
+        return PLUMBING if len(parts) == 1 else INTERFACE
+    if INTERFACE_PACKAGES & set(parts[1:-1]) or parts[-1] in INTERFACE_FILES:
+        return INTERFACE
+    if parts[-1] == "models":
+        return MODELS
+    if parts[-1] in SERVICE_FILES or "clusters" in parts:
+        return SERVICES
+    if parts[-1] == "__init__":
+        return SERVICES  # a concern's package: the interface packages and the domain are placed above
+    return None
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+def sources() -> dict[str, str]:
+    """{module: source} of every module the rules cover (migrations are history, not layers)."""
+    return {
+        module_name(path): path.read_text()
+        for app in APPS
+        for path in sorted((ROOT / app).rglob("*.py"))
+        if "migrations" not in path.parts
+    }
+
+
+def imports(module: str, source: str):
+    """(line, imported module, as written) for each import in the module, function-local ones included."""
+    package = module.split(".")[:-1]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name, f"import {alias.name}"
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            written = f"from {'.' * node.level}{node.module or ''} import {', '.join(a.name for a in node.names)}"
+            # `from incidents import tasks` imports the module incidents.tasks when that is a module.
+            for alias in node.names:
+                yield node.lineno, f"{base}.{alias.name}" if is_module(f"{base}.{alias.name}") else base, written
+
+
+def is_module(dotted: str) -> bool:
+    path = ROOT.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def normalized(target: str) -> str:
+    """A package import counts as its __init__ module."""
+    path = ROOT.joinpath(*target.split("."))
+    return f"{target}.__init__" if (path / "__init__.py").exists() else target
+
+
+def violations(modules: dict[str, str]) -> list[str]:
+    found = []
+    for module, source in modules.items():
+        own = layer_of(module)
+        path = module.replace(".", "/") + ".py"
+        for line, target, written in imports(module, source):
+            where = f"{path}:{line}: {written}"
+            top = target.split(".")[0]
+            if own == DOMAIN and top in FRAMEWORKS:
+                found.append(f"{where} -- the domain imports no framework")
+                continue
+            if top not in APPS:
+                continue
+            target_layer = layer_of(normalized(target))
+            if module.startswith("runs.") and (top == "incidents" or target.startswith("fleetops.console")):
+                found.append(f"{where} -- runs never imports incidents or the console above both")
+            elif own == DOMAIN and target_layer != DOMAIN:
+                found.append(f"{where} -- the domain imports only the domain")
+            elif own == PLUMBING and top != "fleetops":
+                found.append(f"{where} -- fleetops' plumbing imports no app")
+            elif target_layer == PLUMBING or own == PLUMBING:
+                continue
+            elif target_layer is None:
+                found.append(f"{where} -- {target} is in no layer: name it for its job or add it to the rules")
+            elif RANK[target_layer] > RANK[own]:
+                found.append(f"{where} -- {own} imports {target_layer}: imports point domain <- models <- services")
+    return found
+
+
+def test_every_module_is_in_a_layer():
+    unplaced = [module for module in sources() if layer_of(module) is None]
+    assert not unplaced, f"name these for their job or give them a layer in tests/test_layering.py: {unplaced}"
+
+
+def test_imports_point_one_way():
+    found = violations(sources())
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "reason"),
+    [
+        ("runs.services", "from incidents import tasks", "runs never imports incidents"),
+        ("runs.tasks", "    from incidents.detection.tasks import detect_events", "runs never imports incidents"),
+        ("runs.views", "from fleetops.console import overview", "runs never imports incidents"),
+        ("runs.domain.goodput", "from django.utils import timezone", "the domain imports no framework"),
+        ("incidents.domain.xid", "from runs.models import Node", "the domain imports only the domain"),
+        ("incidents.playbooks.engine", "from incidents.playbooks import tasks", "services imports interface"),
+        ("runs.models", "from runs import selectors", "models imports services"),
+        ("fleetops.roles", "from runs.models import Run", "fleetops' plumbing imports no app"),
+    ],
+)
+def test_it_names_the_offending_import(module, line, reason):
+    modules = sources()
+    body = f"def added():\n{line}\n" if line.startswith(" ") else f"{line}\n"
+    modules[module] = modules[module] + "\n" + body
+    found = violations(modules)
+    assert len(found) == 1 and reason in found[0] and line.strip() in found[0], found
+    assert found[0].startswith(module.replace(".", "/") + ".py:")
