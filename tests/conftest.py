@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 from fleetops.celery import app as celery_app
 from runs.models import ApiToken
 
-pytest_plugins = ["tests.services"]  # the postgres and worker fixtures
+pytest_plugins = ["tests.services", "tests.access_policy"]  # postgres and worker fixtures; the access tests' world
 
 # Tests apply events in-process; the service tests start a real worker and turn this off themselves.
 celery_app.conf.task_always_eager = True

@@ -17,8 +17,7 @@ from incidents.models import Incident, PlaybookExecution
 from incidents.playbooks.engine import playbook_start
 from incidents.reports.services import report_generate
 from runs.models import Node, Run
-from tests.incidents.test_detection_flow import story_until_failure, xid_storm
-from tests.incidents.test_playbooks import spares
+from tests.stories import spares, story_until_failure, xid_storm
 
 BATCH = "application/cloudevents-batch+json"
 

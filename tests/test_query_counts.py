@@ -17,7 +17,7 @@ from incidents.models import Alert, Delivery, Incident, WebhookEndpoint
 from incidents.postmortems import services as postmortems
 from incidents.reports import services as reports
 from runs.models import GPU
-from tests.runs.scenario import event
+from tests.stories import event
 
 BATCH = "application/cloudevents-batch+json"
 BASE = (timezone.now() - timedelta(days=2)).replace(minute=0, second=0, microsecond=0)

@@ -86,8 +86,7 @@ def post_applied(writer):
 
         from runs.models import Event, Node, Run
         from runs.services import events_apply
-        from tests.incidents.test_detection_flow import story_until_failure
-        from tests.runs.scenario import at, event
+        from tests.stories import at, event, story_until_failure
 
         spare = event("node.state", at(1), "spare", node="s1", state="hot_spare", reason="ok", cluster="c1")
         response = writer.post(

@@ -26,7 +26,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance, statu
 
 from incidents.models import Incident
 from tests.conftest import make_token
-from tests.runs.scenario import failure_and_restart
+from tests.stories import failure_and_restart
 
 MAX_EXAMPLES = 12  # per operation; about 20 operations, under a minute here
 BATCH = "application/cloudevents-batch+json"

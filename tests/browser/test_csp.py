@@ -9,9 +9,8 @@ import pytest
 from incidents.models import Incident
 from incidents.reports.services import report_generate
 from tests.browser.conftest import log_in
-from tests.browser.test_oncall import outage, post_events
 from tests.conftest import make_token
-from tests.incidents.test_report import NOW, SINCE, UNTIL, build_week
+from tests.stories import NOW, SINCE, UNTIL, build_week, outage, post_events
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -1,8 +1,6 @@
 """The on-call's night, in a real browser: an incident appears on the open board, they acknowledge it and write."""
 
-import json
-import urllib.request
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 
@@ -10,39 +8,9 @@ from incidents.models import Incident
 from runs.models import Node
 from tests.browser.conftest import log_in
 from tests.conftest import make_token
-from tests.runs.scenario import event, ts
+from tests.stories import outage, post_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def outage(now: datetime) -> list[dict]:
-    """A 64-GPU run trains on 8 nodes; gpu-0003's GPU 5 falls off the bus (an Xid 79 storm) and the run fails."""
-
-    def t(minutes: float) -> datetime:
-        return now + timedelta(minutes=minutes)
-
-    nodes = [f"gpu-{i:04d}" for i in range(8)]
-    events = [
-        event("run.started", t(-40), "b-start", run="llama-70b", cluster="c1", gpus=64, nodes=nodes, job_id="4242")
-    ]
-    events += [event("run.step", t(-35 + 5 * i), f"b-step-{i}", run="llama-70b", step=i) for i in range(1, 7)]
-    storm = dict(node="gpu-0003", gpu=5, xid=79, message="GPU has fallen off the bus")
-    events += [event("gpu.xid", t(-3) + timedelta(milliseconds=10 * i), f"b-xid-{i}", **storm) for i in range(200)]
-    failed = dict(reason="GPU fell off the bus", node="gpu-0003", gpu=5, xid=79, detected_at=ts(t(-2.5)))
-    events.append(event("run.failed", t(-3), "b-failed", run="llama-70b", **failed))
-    return events
-
-
-def post_events(live_server, token: str, events: list[dict]) -> None:
-    """As an alert source would: over HTTP, so the live server applies them and its detectors open the incident."""
-    request = urllib.request.Request(
-        live_server.url + "/api/v1/events",
-        data=json.dumps(events).encode(),
-        headers={"Content-Type": "application/cloudevents-batch+json", "Authorization": f"Bearer {token}"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        assert response.status in (200, 202)
 
 
 def test_an_incident_appears_live_and_the_oncall_acknowledges_and_writes(page, live_server, oncall_user, artifacts):

@@ -8,9 +8,8 @@ from incidents import services
 from incidents.models import Incident
 from runs.models import Node
 from tests.browser.conftest import log_in
-from tests.browser.test_oncall import outage, post_events
 from tests.conftest import make_token
-from tests.runs.scenario import event
+from tests.stories import event, outage, post_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,15 +7,15 @@ import pytest
 
 from incidents.reports.services import report_generate
 from tests.browser.conftest import log_in
-from tests.incidents.test_report import NOW, SINCE, UNTIL, build_week
+from tests.stories import NOW, SINCE, UNTIL, build_week
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
 def post(live_server):
-    from tests.browser.test_oncall import post_events
     from tests.conftest import make_token
+    from tests.stories import post_events
 
     token = make_token("report-writer", ["events:write", "read"])
     return lambda events: post_events(live_server, token, events)

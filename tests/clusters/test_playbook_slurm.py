@@ -9,7 +9,7 @@ from incidents.models import Incident, PlaybookExecution
 from incidents.playbooks.clusters.slurm import SlurmAdapter, SlurmConfig
 from runs.models import Cluster
 from tests.clusters.conftest import put_back, start_training_job
-from tests.runs.scenario import event
+from tests.stories import event
 
 BATCH = "application/cloudevents-batch+json"
 

@@ -15,7 +15,7 @@ def main() -> None:
 
     from runs.models import Event
     from runs.services import record_rebuild
-    from tests.runs.scenario import record_snapshot
+    from tests.stories import record_snapshot
 
     def snapshot():
         return json.loads(json.dumps(record_snapshot(), default=str))

@@ -20,10 +20,8 @@ from runs.models import Event, Node, Run
 from runs.services import record_rebuild
 from tests.clusters.conftest import wait_for
 from tests.faults.conftest import send_sweeper, stream
-from tests.incidents.test_detection_flow import story_until_failure
-from tests.incidents.test_playbooks import spares
-from tests.runs.scenario import record_snapshot
 from tests.services import Worker, wait_until_applied, wait_until_detected
+from tests.stories import record_snapshot, spares, story_until_failure
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 BATCH = "application/cloudevents-batch+json"

@@ -6,30 +6,9 @@ from django.contrib.auth.models import Group
 from incidents.detection import services as detection
 from incidents.models import Alert, Incident, TimelineEntry
 from runs.models import Run
-from tests.runs.scenario import at, event, failure_and_restart
+from tests.stories import at, event, failure_and_restart, story_until_failure, xid_storm
 
 BATCH = "application/cloudevents-batch+json"
-
-
-def xid_storm(n: int, *, node="n2", gpu=3, xid=79, start=44.0) -> list[dict]:
-    return [
-        event(
-            "gpu.xid",
-            at(start, seconds=i * 0.01),
-            f"storm-{i}",
-            source="dcgm://n2",
-            node=node,
-            gpu=gpu,
-            xid=xid,
-            message="GPU has fallen off the bus",
-        )
-        for i in range(n)
-    ]
-
-
-def story_until_failure():
-    """The scenario up to the failure: the run is restarting, its 16 GPUs idle."""
-    return [e for e in failure_and_restart() if e["time"] <= "2026-03-01T00:47:00Z"]
 
 
 def test_an_xid_storm_and_a_failure_open_exactly_one_incident(post):

@@ -16,7 +16,7 @@ from incidents import services
 from incidents.models import Delivery, Incident, WebhookEndpoint
 from incidents.notifications import services as notifications
 from incidents.notifications import tasks
-from tests.incidents.test_detection_flow import story_until_failure, xid_storm
+from tests.stories import story_until_failure, xid_storm
 
 SECRET = "s3cret-hmac-key"
 pytestmark = pytest.mark.django_db

@@ -15,8 +15,7 @@ from incidents import services
 from incidents.domain.detectors import Finding
 from incidents.models import Incident, TimelineEntry
 from runs.models import Node
-from tests.incidents.test_detection_flow import story_until_failure, xid_storm
-from tests.runs.scenario import at
+from tests.stories import at, story_until_failure, xid_storm
 
 BATCH = "application/cloudevents-batch+json"
 

@@ -9,8 +9,7 @@ from incidents import services
 from incidents.models import Incident, PlaybookExecution, StepExecution
 from incidents.playbooks.engine import playbook_start
 from runs.models import Node, Run
-from tests.incidents.test_detection_flow import story_until_failure
-from tests.incidents.test_playbooks import spares
+from tests.stories import spares, story_until_failure
 
 DRAIN = {"playbook": "drain-and-replace", "node": "n2"}
 

@@ -7,15 +7,7 @@ from incidents import services
 from incidents.models import Incident, PlaybookExecution
 from incidents.playbooks.engine import playbook_abort, playbook_advance, playbook_approve, playbook_start
 from runs.models import Node, Run
-from tests.incidents.test_detection_flow import story_until_failure, xid_storm
-from tests.runs.scenario import at, event
-
-
-def spares(*names):
-    return [
-        event("node.state", at(1), f"spare-{n}", node=n, state="hot_spare", reason="passed burn-in", cluster="c1")
-        for n in names
-    ]
+from tests.stories import at, event, spares, story_until_failure, xid_storm
 
 
 def test_an_xid_79_drains_the_node_and_restarts_the_run_on_a_spare_with_no_human(post):

@@ -12,9 +12,7 @@ from incidents import services
 from incidents.domain import postmortem as domain
 from incidents.models import ActionItem, Incident, PlaybookExecution, Postmortem
 from incidents.postmortems import services as postmortems
-from tests.incidents.test_detection_flow import story_until_failure, xid_storm
-from tests.incidents.test_playbooks import spares
-from tests.runs.scenario import at
+from tests.stories import at, spares, story_until_failure, xid_storm
 
 T0 = datetime(2026, 3, 1, 0, 44, tzinfo=UTC)
 

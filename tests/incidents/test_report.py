@@ -16,136 +16,19 @@ DOMAIN.md sections 1-3 and 5. The week is Monday 2026-03-02 00:00 UTC to Monday 
 import csv
 import io
 import math
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 import time_machine
 from django.core import mail
 from django.core.management import call_command
 
-from incidents import services
-from incidents.models import Alert, Incident, WeeklyReport
+from incidents.models import WeeklyReport
 from incidents.reports import tasks as report_tasks
 from incidents.reports.services import report_build, report_generate
-from runs.models import Node
-from tests.runs.scenario import event, ts
+from tests.stories import NOW, SINCE, UNTIL, build_week
 
 pytestmark = [pytest.mark.django_db]
-
-SINCE = datetime(2026, 3, 2, tzinfo=UTC)
-UNTIL = SINCE + timedelta(days=7)
-NOW = UNTIL + timedelta(hours=1)
-
-
-def d(day: int, hour: int, minute: int = 0, second: int = 0) -> datetime:
-    return SINCE + timedelta(days=day, hours=hour, minutes=minute, seconds=second)
-
-
-class Week:
-    def __init__(self):
-        self.events, self.sent = [], 0
-
-    def add(self, type_, when, **data):
-        self.events.append(event(type_, when, f"w-{self.sent + len(self.events):03d}", **data))
-
-    def take(self):
-        events, self.events = self.events, []
-        self.sent += len(events)
-        return events
-
-
-def _act(when: datetime, action, incident: Incident, **kwargs):
-    with time_machine.travel(when, tick=False):
-        action(incident=Incident.objects.get(pk=incident.pk), actor=services.FLEETOPS, **kwargs)
-
-
-def build_week(post):
-    """Post the week as it happens: FleetOps notices each failure when its batch arrives (the frozen clock)."""
-    w = Week()
-    w.add("node.state", d(0, 0), node="n9", state="hot_spare", reason="burn-in passed", cluster="c1")
-    w.add(
-        "run.started",
-        d(0, 0),
-        run="ra",
-        cluster="c1",
-        gpus=16,
-        nodes=["n1", "n2"],
-        job_id="1",
-        checkpoint_interval_s=3600,
-    )
-    w.add("checkpoint.started", d(0, 9, 30), run="ra", step=100)
-    w.add("checkpoint.completed", d(0, 9, 31), run="ra", step=100, blocking_s=60.0, bytes=10**12, tier="durable")
-    w.add(
-        "run.failed",
-        d(0, 10),
-        run="ra",
-        reason="GPU lost",
-        node="n2",
-        gpu=1,
-        category="faulty_gpu",
-        detected_at=ts(d(0, 10, 5)),
-    )
-    with time_machine.travel(d(0, 10, 5), tick=False):
-        post(w.take())
-    first = Incident.objects.get()
-    _act(d(0, 10, 8), services.incident_acknowledge, first)
-    w.add("run.started", d(0, 10, 20), run="ra", cluster="c1", gpus=16, nodes=["n1", "n2"], job_id="2")
-    w.add("run.restored", d(0, 10, 30), run="ra", from_step=100)
-    with time_machine.travel(d(0, 10, 31), tick=False):
-        post(w.take())
-    _act(d(0, 11), services.incident_resolve, first, override_reason="replaced")  # before the next fault of ra
-    w.add("checkpoint.started", d(1, 21), run="ra", step=200)
-    w.add("checkpoint.completed", d(1, 21, 1), run="ra", step=200, blocking_s=60.0, bytes=10**12, tier="durable")
-    w.add(
-        "run.failed",
-        d(1, 22),
-        run="ra",
-        reason="HBM",
-        node="n2",
-        gpu=2,
-        category="gpu_hbm3",
-        detected_at=ts(d(1, 22, 10)),
-    )
-    with time_machine.travel(d(1, 22, 10), tick=False):
-        post(w.take())
-    second = Incident.objects.exclude(pk=first.pk).get()
-    _act(d(1, 22, 30), services.incident_acknowledge, second)
-    w.add("run.started", d(1, 22, 40), run="ra", cluster="c1", gpus=16, nodes=["n1", "n2"], job_id="3")
-    w.add("run.restored", d(1, 22, 50), run="ra", from_step=200)
-    w.add("run.completed", d(2, 0), run="ra")
-    w.add("run.started", d(4, 12), run="rb", cluster="c1", gpus=8, nodes=["n3"], job_id="4", checkpoint_interval_s=1800)
-    w.add("checkpoint.started", d(5, 2), run="rb", step=50)
-    w.add("checkpoint.completed", d(5, 2, 0, 30), run="rb", step=50, blocking_s=30.0, bytes=10**12, tier="durable")
-    w.add(
-        "run.failed",
-        d(5, 3),
-        run="rb",
-        reason="link down",
-        node="n3",
-        category="network_switch_cable",
-        detected_at=ts(d(5, 3, 1)),
-    )
-    with time_machine.travel(d(5, 3, 1), tick=False):
-        post(w.take())
-    _act(d(1, 23, 30), services.incident_resolve, second, override_reason="replaced")
-    third = Incident.objects.exclude(pk__in=[first.pk, second.pk]).get()
-    _act(d(5, 3, 4), services.incident_acknowledge, third)
-    w.add("run.started", d(5, 3, 11), run="rb", cluster="c1", gpus=8, nodes=["n3"], job_id="5")
-    w.add("run.restored", d(5, 3, 16), run="rb", from_step=50)
-    w.add("run.completed", d(5, 12), run="rb")
-    with time_machine.travel(d(5, 12, 1), tick=False):
-        post(w.take())
-    Node.objects.filter(hostname__in=["n1", "n2"]).update(rack="r1")
-    Node.objects.filter(hostname="n3").update(rack="r2")
-    n2, n3 = Node.objects.get(hostname="n2"), Node.objects.get(hostname="n3")
-    finding = dict(severity="warning", first_seen_at=d(1, 22, 10), last_seen_at=d(1, 22, 10))
-    Alert.objects.create(
-        incident=second, fingerprint="lemon:n2", kind="lemon", summary="n2: 2 in 7 d", node=n2, **finding
-    )
-    late = dict(first_seen_at=UNTIL + timedelta(hours=2), last_seen_at=UNTIL + timedelta(hours=2))
-    Alert.objects.create(
-        incident=third, fingerprint="sdc:n3", kind="sdc", severity="warning", summary="next week", node=n3, **late
-    )
 
 
 @pytest.fixture

@@ -9,9 +9,8 @@ import pytest
 from incidents.detection.tasks import watch_hangs
 from incidents.models import Incident
 from runs.models import Event, Run
-from tests.incidents.test_detection_flow import story_until_failure, xid_storm
-from tests.runs.scenario import event
 from tests.services import wait_until_detected
+from tests.stories import event, story_until_failure, xid_storm
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 BATCH = "application/cloudevents-batch+json"

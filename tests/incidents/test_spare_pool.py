@@ -7,7 +7,7 @@ from django.core.cache import cache
 from incidents.domain.playbooks import spares_needed
 from incidents.playbooks.spares import spare_pools_get
 from runs.models import Cluster
-from tests.runs.scenario import at, event
+from tests.stories import at, event
 
 
 def test_it_sizes_the_pool_from_the_clusters_own_failures_and_repairs(post):

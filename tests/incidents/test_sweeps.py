@@ -5,7 +5,7 @@ import pytest
 from incidents.detection import services as detection
 from incidents.models import Alert, Incident
 from runs.models import Node
-from tests.runs.scenario import at, event
+from tests.stories import at, event
 
 
 def running_run(nodes):

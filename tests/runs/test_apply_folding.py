@@ -10,7 +10,7 @@ from runs.domain.cloudevents import parse_events
 from runs.domain.simulator import LLAMA3_RATE_PER_GPU_HOUR, SimulationConfig, simulate
 from runs.models import GPU, Event, Node
 from runs.services import events_apply, events_ingest, record_rebuild
-from tests.runs.scenario import at, event, record_snapshot
+from tests.stories import at, event, record_snapshot
 
 
 def _ties() -> list[dict]:

@@ -12,7 +12,7 @@ import time_machine
 from runs import selectors
 from runs.domain.cloudevents import parse_time
 from runs.models import Event, Run
-from tests.runs.scenario import T0, failure_and_restart, record_snapshot, ts
+from tests.stories import T0, failure_and_restart, record_snapshot, ts
 
 URL = "/api/v1/events"
 DAYS = timedelta(days=3)

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import pytest
 
 from runs.domain.cloudevents import SCHEMAS, parse_event, parse_events
-from tests.runs.scenario import failure_and_restart
+from tests.stories import failure_and_restart
 
 
 def good(**overrides):

@@ -10,7 +10,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from runs.models import ApiToken, Event, Interruption, Run
-from tests.runs.scenario import record_snapshot
+from tests.stories import record_snapshot
 
 
 def run(*args) -> str:
@@ -63,7 +63,7 @@ def test_load_demo_goes_through_the_intake_and_prints_a_login(
 
 
 def test_rebuild_record_gives_the_same_record(writer, django_capture_on_commit_callbacks):
-    from tests.runs.scenario import failure_and_restart
+    from tests.stories import failure_and_restart
 
     with django_capture_on_commit_callbacks(execute=True):
         writer.post("/api/v1/events", json.dumps(failure_and_restart()), content_type="application/json")
@@ -73,7 +73,7 @@ def test_rebuild_record_gives_the_same_record(writer, django_capture_on_commit_c
 
 
 def test_apply_pending_events_applies_what_no_task_did(writer):
-    from tests.runs.scenario import failure_and_restart
+    from tests.stories import failure_and_restart
 
     # Without capturing on-commit callbacks the queued task never runs: the events wait, unapplied.
     writer.post("/api/v1/events", json.dumps(failure_and_restart()), content_type="application/json")

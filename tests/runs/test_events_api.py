@@ -6,7 +6,7 @@ import random
 from django.test import override_settings
 
 from runs.models import GPU, Attempt, Checkpoint, Event, Interruption, Node, Run
-from tests.runs.scenario import assert_failure_and_restart_record, at, event, failure_and_restart, record_snapshot
+from tests.stories import assert_failure_and_restart_record, at, event, failure_and_restart, record_snapshot
 
 URL = "/api/v1/events"
 BATCH = "application/cloudevents-batch+json"

@@ -60,7 +60,7 @@ def assert_close(left: Breakdown, right: Breakdown) -> None:
         assert getattr(left, name) == pytest.approx(getattr(right, name), abs=TOLERANCE_S), name
 
 
-# The record tests/runs/scenario.py builds: fault at +45 (Xid 79), noticed +46, running +55, training +58
+# The record tests/stories.py builds: fault at +45 (Xid 79), noticed +46, running +55, training +58
 # from the step-3 checkpoint written at +30 (20 s blocking), completed at +120.
 SCENARIO = RunTimeline(
     started_at=at(0),

@@ -1,4 +1,4 @@
-"""Goodput and advice endpoints, on the failure-and-restart story (tests/runs/scenario.py)."""
+"""Goodput and advice endpoints, on the failure-and-restart story (tests/stories.py)."""
 
 import json
 import math
@@ -8,7 +8,7 @@ import pytest
 
 from runs import selectors
 from runs.models import Checkpoint, Run
-from tests.runs.scenario import failure_and_restart
+from tests.stories import failure_and_restart
 
 # The story's stages, in seconds: fault 00:45 noticed 00:46, running 00:55, training 00:58; the resumed
 # checkpoint's blocking ended 00:30:20; checkpoints block 20 s and 15 s; the run lasts 2 h.
@@ -108,7 +108,7 @@ def test_run_advice_uses_the_record_and_overrides(reader, record):
 
 
 def test_run_advice_says_what_is_missing(reader, writer, django_capture_on_commit_callbacks):
-    from tests.runs.scenario import at, event
+    from tests.stories import at, event
 
     with django_capture_on_commit_callbacks(execute=True):
         writer.post(

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from runs.domain.cloudevents import parse_events
 from runs.domain.lifecycle import LIFECYCLE_TYPES, LifecycleEvent, derive
-from tests.runs.scenario import at, failure_and_restart
+from tests.stories import at, failure_and_restart
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 

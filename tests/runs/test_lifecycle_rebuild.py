@@ -2,7 +2,7 @@
 event is new to the attempt; every later rebuild keeps the membership. This is what keeps a long run's load linear."""
 
 from runs.models import Attempt, Event, Node
-from tests.runs.scenario import at, event
+from tests.stories import at, event
 
 
 def _members() -> dict[int, list[str]]:

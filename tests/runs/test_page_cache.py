@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from incidents.models import Incident
 from runs import selectors
 from runs.models import Checkpoint, Interruption, Run
-from tests.runs.scenario import at, event, failure_and_restart
+from tests.stories import at, event, failure_and_restart
 
 BATCH = "application/cloudevents-batch+json"
 

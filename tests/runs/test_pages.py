@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.runs.scenario import failure_and_restart
+from tests.stories import failure_and_restart
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def test_the_overview_pages_its_runs_newest_first(oncall, db):
     from datetime import timedelta
 
     from runs.models import Run
-    from tests.runs.scenario import T0
+    from tests.stories import T0
 
     Run.objects.create(name="waiting")  # not started yet: at the top
     Run.objects.bulk_create(

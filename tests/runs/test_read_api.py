@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.runs.scenario import at, event, failure_and_restart
+from tests.stories import at, event, failure_and_restart
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from django.utils import timezone
 from runs.domain.cloudevents import parse_events
 from runs.models import GPU, Event, Node, Run
 from runs.services import _event_row, _insert_orm, events_apply
-from tests.runs.scenario import assert_failure_and_restart_record, failure_and_restart, record_snapshot
 from tests.services import wait_until_applied
+from tests.stories import assert_failure_and_restart_record, failure_and_restart, record_snapshot
 
 BATCH = "application/cloudevents-batch+json"
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]

@@ -8,10 +8,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from tests import test_access
-from tests.test_access import TABLE, Row, _body
-
-world = test_access.world  # the access tests' fixture: an incident, an execution, a postmortem, a report...
+from tests.access_policy import TABLE, Row, _body
 
 PAGES = [row for row in TABLE if row.method == "GET" and row.expected["admin"] == 200]
 # Every POST a signed-in admin may make through a session: console forms and the incident API (DRF's

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from incidents.models import Alert
 from runs.models import ApiToken, Event
-from tests.runs.scenario import event
+from tests.stories import event
 
 NOW = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
 BATCH = "application/cloudevents-batch+json"
