@@ -10,7 +10,8 @@ from rest_framework.test import APIClient
 from fleetops.celery import app as celery_app
 from runs.models import ApiToken
 
-pytest_plugins = ["tests.services", "tests.access_policy"]  # postgres and worker fixtures; the access tests' world
+# The postgres, broker and worker fixtures; the real Slurm cluster; the access tests' world.
+pytest_plugins = ["tests.services", "tests.slurm", "tests.access_policy"]
 
 # Tests apply events in-process; the service tests start a real worker and turn this off themselves.
 celery_app.conf.task_always_eager = True

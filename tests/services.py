@@ -1,6 +1,8 @@
 """Fixtures for tests on the real parts: PostgreSQL, Redis and a Celery worker process."""
 
 import os
+import random
+import socket
 import subprocess
 import sys
 import threading
@@ -120,3 +122,41 @@ def wait_until_detected(expected: int, timeout: float = 60) -> None:
             return
         time.sleep(0.1)
     pytest.fail(f"{Event.objects.filter(detected_at__isnull=True).count()} events not yet seen by the detectors")
+
+
+def wait_for(predicate, *, timeout: float, what: str, every: float = 0.25):
+    """Poll until predicate() returns something truthy; return it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up after {timeout:g} s waiting for {what}")
+        time.sleep(every)
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive free ports."""
+    for _ in range(100):
+        first = random.randrange(20000, 40000)
+        if all(_free(first + i) for i in range(count)):
+            return first
+    raise RuntimeError("no free ports")
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[-1][:1] != "Z"  # a zombie has exited; init reaps it later
+    except FileNotFoundError:
+        return False

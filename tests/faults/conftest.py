@@ -26,11 +26,8 @@ from celery.exceptions import AlwaysEagerIgnored
 from django.conf import settings
 
 from fleetops.celery import app as celery_app
-from tests.clusters.conftest import (
-    slurm_cluster,  # noqa: F401  (the real Slurm cluster, for these tests too)
-    wait_for,  # noqa: F401  (the faults' tests import it from here too)
-)
 from tests.conftest import require
+from tests.services import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 GUNICORN = Path(sys.executable).parent / "gunicorn"

@@ -1,6 +1,6 @@
 """The cluster's API hanging, then refusing, in the middle of a playbook; then back.
 
-Real parts only: a real Slurm cluster (tests/clusters/slurm), a `celery worker` process running drain-and-replace,
+Real parts only: a real Slurm cluster (tests/slurm.py), a `celery worker` process running drain-and-replace,
 and a TCP proxy (a thread here) between Slurm's clients and slurmctld that forwards, hangs (accepts and never
 answers) or refuses (accepts and resets the connection), as a dying controller or a firewall would.
 """
@@ -15,9 +15,9 @@ import pytest
 from incidents.models import PlaybookExecution, StepExecution
 from incidents.playbooks.clusters.slurm import SlurmAdapter, SlurmConfig
 from runs.models import Cluster
-from tests.clusters.conftest import put_back, start_training_job, wait_for
 from tests.faults.conftest import free_port
-from tests.services import Worker
+from tests.services import Worker, wait_for
+from tests.slurm import put_back, start_training_job
 from tests.stories import event
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]

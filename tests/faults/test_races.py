@@ -18,9 +18,8 @@ from incidents.playbooks.tasks import advance_playbook
 from runs.models import Event, Node, Run
 from runs.services import record_rebuild
 from runs.tasks import apply_events
-from tests.clusters.conftest import wait_for
 from tests.faults.conftest import stream
-from tests.services import Worker, wait_until_applied, wait_until_detected
+from tests.services import Worker, wait_for, wait_until_applied, wait_until_detected
 from tests.stories import record_snapshot, spares, story_until_failure, xid_storm
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]

@@ -1,7 +1,7 @@
 """A Celery worker killed with SIGKILL while applying events and while running a playbook step.
 
 Real parts only: PostgreSQL, Redis and `celery worker` processes, the first one killed with SIGKILL mid-work.
-(The same on a real Slurm cluster, killed in a step that waits on the scheduler: tests/clusters/
+(The same on a real Slurm cluster, killed in a step that waits on the scheduler: tests/incidents/playbooks/clusters/
 test_playbook_worker_killed.py.)
 """
 
@@ -18,9 +18,8 @@ from incidents.models import Incident, PlaybookExecution, StepExecution
 from incidents.playbooks.engine import playbook_start, playbooks_resume_stale
 from runs.models import Event, Node, Run
 from runs.services import record_rebuild
-from tests.clusters.conftest import wait_for
 from tests.faults.conftest import send_sweeper, stream
-from tests.services import Worker, wait_until_applied, wait_until_detected
+from tests.services import Worker, wait_for, wait_until_applied, wait_until_detected
 from tests.stories import record_snapshot, spares, story_until_failure
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]

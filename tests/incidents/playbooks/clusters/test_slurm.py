@@ -1,4 +1,4 @@
-"""The Slurm adapter against a real slurmctld and six slurmd on loopback (tests/clusters/conftest.py).
+"""The Slurm adapter against a real slurmctld and six slurmd on loopback (tests/slurm.py).
 
 Each test leaves the nodes it touched as it found them: drained ones resumed, moved ones back in their pool,
 its jobs cancelled. The pure parts (host lists, error words, states, plans) need no cluster.
@@ -12,8 +12,7 @@ import pytest
 
 from incidents.playbooks.clusters.base import NotFoundError, RefusedError, TransientError
 from incidents.playbooks.clusters.slurm import SlurmAdapter, SlurmConfig, classify, expand_hostlist, node_state
-
-from .conftest import free_ports, wait_for
+from tests.services import free_ports, wait_for
 
 CHECKS = {
     # The fake GPUs are device files under the cluster's dev/; the sleep keeps the job alive for a second look.

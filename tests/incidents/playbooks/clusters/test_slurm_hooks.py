@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from runs.models import Event, Run
-from tests.clusters.conftest import wait_for
 from tests.conftest import make_token, require
+from tests.services import wait_for
 
-HOOKS = Path(__file__).resolve().parents[2] / "contrib" / "slurm"
+HOOKS = Path(__file__).resolve().parents[4] / "contrib" / "slurm"
 
 
 def hook(name: str, url: str, token: str, **env: str) -> subprocess.CompletedProcess:

@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from incidents.models import Alert
-from tests.clusters.conftest import free_ports, wait_for
 from tests.conftest import make_token, require
+from tests.services import free_ports, wait_for
 
 BINARY = "prometheus-alertmanager"
 

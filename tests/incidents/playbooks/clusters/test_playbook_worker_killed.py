@@ -13,8 +13,8 @@ from incidents.models import PlaybookExecution, StepExecution
 from incidents.playbooks.clusters.slurm import SlurmAdapter, SlurmConfig
 from incidents.playbooks.engine import playbooks_resume_stale
 from runs.models import Cluster
-from tests.clusters.conftest import put_back, start_training_job, wait_for
-from tests.services import Worker
+from tests.services import Worker, wait_for
+from tests.slurm import put_back, start_training_job
 from tests.stories import event
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]

@@ -1,4 +1,5 @@
-"""A real Slurm 22.05 cluster on loopback for the adapter tests: started once per session, stopped at the end.
+"""A real Slurm 22.05 cluster on loopback for the adapter, playbook and fault tests: the `slurm_cluster` fixture
+(registered for every test by tests/conftest.py), started once per session, stopped at the end.
 
 Six fake GPU nodes: gpu-001..004 in the partition `gpu` (FleetOps' main pool), gpu-005 and gpu-006 in `spare`,
 and an empty root-only `repair` (slurm/start.sh). Ports are picked free, so a cluster someone else runs on
@@ -6,20 +7,19 @@ this machine does not get in the way.
 """
 
 import os
-import random
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import require
+from tests.services import alive, free_ports, wait_for
 
-HERE = Path(__file__).resolve().parent
+# The start and stop scripts, beside the Slurm adapter's tests.
+SCRIPTS = Path(__file__).resolve().parent / "incidents" / "playbooks" / "clusters" / "slurm"
 NODES = 6
 SPARES = 2
 
@@ -40,44 +40,6 @@ class SlurmCluster:
         return result.stdout
 
 
-def wait_for(predicate, *, timeout: float, what: str, every: float = 0.25):
-    """Poll until predicate() returns something truthy; return it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up after {timeout:g} s waiting for {what}")
-        time.sleep(every)
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_ports(count: int) -> int:
-    """The first of `count` consecutive free ports."""
-    for _ in range(100):
-        first = random.randrange(20000, 40000)
-        if all(_free(first + i) for i in range(count)):
-            return first
-    raise RuntimeError("no free ports")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ")[-1][:1] != "Z"  # a zombie has exited; init reaps it later
-    except FileNotFoundError:
-        return False
-
-
 @pytest.fixture(scope="session")
 def slurm_cluster():
     daemons = ("slurmctld", "slurmd", "munged", "sinfo", "scontrol", "sbatch")
@@ -89,7 +51,7 @@ def slurm_cluster():
     env = {**os.environ, "SPARES": str(SPARES), "SLURMCTLD_PORT": str(ports), "SLURMD_PORT": str(ports + 1)}
     try:
         started = subprocess.run(
-            ["bash", str(HERE / "slurm" / "start.sh"), str(root), str(NODES)],
+            ["bash", str(SCRIPTS / "start.sh"), str(root), str(NODES)],
             capture_output=True,
             text=True,
             env=env,
@@ -101,8 +63,8 @@ def slurm_cluster():
         yield SlurmCluster(root)
     finally:
         pids = [int(p.read_text()) for p in (root / "run").glob("*.pid") if p.read_text().strip().isdigit()]
-        subprocess.run(["bash", str(HERE / "slurm" / "stop.sh"), str(root)], timeout=60, check=False)
-        left = [pid for pid in pids if _alive(pid)]
+        subprocess.run(["bash", str(SCRIPTS / "stop.sh"), str(root)], timeout=60, check=False)
+        left = [pid for pid in pids if alive(pid)]
         assert not left, f"Slurm daemons still running after stop.sh: {left}"
         shutil.rmtree(root, ignore_errors=True)
 

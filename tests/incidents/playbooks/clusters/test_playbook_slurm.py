@@ -8,7 +8,7 @@ import pytest
 from incidents.models import Incident, PlaybookExecution
 from incidents.playbooks.clusters.slurm import SlurmAdapter, SlurmConfig
 from runs.models import Cluster
-from tests.clusters.conftest import put_back, start_training_job
+from tests.slurm import put_back, start_training_job
 from tests.stories import event
 
 BATCH = "application/cloudevents-batch+json"
