@@ -14,7 +14,7 @@ import pynvml
 
 log = logging.getLogger(__name__)
 
-# what NVIDIA's Xid catalog says of the common ones (../shared/DOMAIN.md section 4)
+# what NVIDIA's Xid catalog says of the common ones (docs/DOMAIN.md section 4)
 XID_MESSAGES = {
     13: "Graphics engine exception (application error)",
     31: "GPU memory page fault (application error)",

@@ -1,4 +1,4 @@
-"""Detectors: plain data in, `Finding`s out, each with the sentence the on-call reads (DOMAIN.md section 4).
+"""Detectors: plain data in, `Finding`s out, each with the sentence the on-call reads (docs/DOMAIN.md section 4).
 
 Pure: no Django import, standard library only. Selectors fetch the readings and pass them in with an
 explicit `now`. Times are timezone-aware datetimes; durations and thresholds are seconds unless a name
@@ -557,7 +557,7 @@ def lemons(
 ) -> list[Finding]:
     """Nodes involved in at least `threshold` interruptions with fault_at in (now - window_s, now].
 
-    Kokolis et al. (DOMAIN.md section 1): taking such lemon nodes out cut failures of 512+ GPU jobs from
+    Kokolis et al. (docs/DOMAIN.md section 1): taking such lemon nodes out cut failures of 512+ GPU jobs from
     14% to 4%. Faults after `now` are ignored (a late clock), not counted early.
     """
     since = now - timedelta(seconds=window_s)

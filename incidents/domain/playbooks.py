@@ -98,7 +98,7 @@ def spares_needed(
 ) -> int:
     """The smallest hot-spare pool with P(more failures within one repair window than spares) < target.
 
-    Failures in a repair window are Poisson with mean failures_per_hour x repair_hours (DOMAIN.md section 5).
+    Failures in a repair window are Poisson with mean failures_per_hour x repair_hours (docs/DOMAIN.md section 5).
     """
     mean = failures_per_hour * repair_hours
     if mean <= 0:

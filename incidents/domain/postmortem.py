@@ -1,4 +1,4 @@
-"""The postmortem draft: Markdown written from the incident's record (../shared/DOMAIN.md section 5).
+"""The postmortem draft: Markdown written from the incident's record (docs/DOMAIN.md section 5).
 
 Pure: no Django import. The selector (incidents.postmortems.services) gathers the facts into these dataclasses and
 calls `draft()`; every duration in the output is in minutes, every input duration in seconds.
@@ -131,7 +131,7 @@ class Stage:
 
 
 def stages(m: Milestones) -> list[Stage]:
-    """The five stages of DOMAIN.md section 5. Diagnose overlaps stabilize: the culprit is found while the run
+    """The five stages of docs/DOMAIN.md section 5. Diagnose overlaps stabilize: the culprit is found while the run
     is moved off it, so each stage names its own boundaries rather than tiling the incident."""
     return [
         Stage("detect", m.started_at, m.detected_at, "fault → FleetOps noticed"),

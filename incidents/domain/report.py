@@ -24,7 +24,7 @@ def is_off_hours(moment: datetime) -> bool:
 def cause_shares(causes: Iterable[str]) -> list[dict]:
     """Unexpected interruptions by cause, with the share of each and Llama 3's share from its Table 5 counts.
 
-    Shares are count / total, never the paper's printed percentages (DOMAIN.md section 1). Every cause of the
+    Shares are count / total, never the paper's printed percentages (docs/DOMAIN.md section 1). Every cause of the
     taxonomy is listed, most frequent here first, then by Llama 3's count, so two weeks line up row by row.
     """
     counts = Counter(causes)

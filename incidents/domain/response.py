@@ -1,4 +1,4 @@
-"""Incident response metrics (MTTD, MTTA, MTTM, MTTR) and severity from impact (DOMAIN.md section 5).
+"""Incident response metrics (MTTD, MTTA, MTTM, MTTR) and severity from impact (docs/DOMAIN.md section 5).
 
 Pure: no Django import. Selectors pass incident timestamps as `IncidentTimes` and an explicit window
 [since, until). Times are timezone-aware datetimes; every duration is in seconds.

@@ -1,6 +1,6 @@
 """NVIDIA Xid errors: what each means, how bad it is, what to do, and how storms fold into faults.
 
-DOMAIN.md section 4, following NVIDIA's Xid catalog. Pure: no Django import, standard library only.
+docs/DOMAIN.md section 4, following NVIDIA's Xid catalog. Pure: no Django import, standard library only.
 
 A GPU in trouble can log the same Xid hundreds of thousands of times; `dedupe_xids` folds a run of
 identical (node, gpu, xid) samples into one `XidFault` that keeps the count, so a storm is one fault

@@ -129,7 +129,7 @@ def _run_row(run, b: goodput.Breakdown, *, now: datetime) -> dict:
     """The run's goodput in the window and its checkpoint interval against Daly's, with what Daly would save.
 
     saved = goodput_at_interval(Daly) - goodput_at_interval(current) under the first-order waste model
-    (DOMAIN.md section 3), applied to the run's GPU-hours in the window; None where an input is unknown.
+    (docs/DOMAIN.md section 3), applied to the run's GPU-hours in the window; None where an input is unknown.
     """
     row = {
         "run": run.name,

@@ -1,6 +1,6 @@
 """The checkpoint advisor: how often to checkpoint, what it costs, and the failure rate it rests on.
 
-DOMAIN.md section 3. Pure: no Django import, standard library only (the chi-square quantile is computed
+docs/DOMAIN.md section 3. Pure: no Django import, standard library only (the chi-square quantile is computed
 here rather than taken from scipy, which the project does not depend on).
 
 Symbols: delta = blocking checkpoint cost, M = job MTBF, R = restart cost (detection + rescheduling +

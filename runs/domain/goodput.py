@@ -1,4 +1,4 @@
-"""Goodput of training runs: where each second of a run's wall-clock time went (DOMAIN.md section 2).
+"""Goodput of training runs: where each second of a run's wall-clock time went (docs/DOMAIN.md section 2).
 
 Pure: no Django import. Selectors turn Run, Interruption and Checkpoint rows into the frozen dataclasses
 below and pass an explicit window [since, until) and `now`.

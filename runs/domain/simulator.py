@@ -4,7 +4,7 @@ Pure: no Django import, standard library only. `simulate(config)` yields CloudEv
 in time order; the same config gives the same stream, byte for byte, because one `random.Random(seed)` draws
 everything in a fixed order (no set or hash order is ever iterated).
 
-The model (../shared/DOMAIN.md sections 1, 2 and 5):
+The model (docs/DOMAIN.md sections 1, 2 and 5):
 - Unexpected faults strike while the run trains (checkpoint writes included). The cause is drawn in Llama 3's
   Table 5 proportions by count; the culprit node and GPU at random among the run's nodes. GPU causes come with
   the Xid, ECC and health readings an NVML agent would report.
@@ -43,14 +43,14 @@ LLAMA3_GPUS = 16_384
 LLAMA3_DAYS = 54
 LLAMA3_UNEXPECTED = 419
 LLAMA3_PLANNED = 47
-# DOMAIN.md section 1: per-GPU MTBF = 50,700 GPU-hours.
+# docs/DOMAIN.md section 1: per-GPU MTBF = 50,700 GPU-hours.
 LLAMA3_RATE_PER_GPU_HOUR = LLAMA3_UNEXPECTED / (LLAMA3_GPUS * LLAMA3_DAYS * 24)
 # A fixed Monday, so that a default run is the same stream whenever it is made.
 DEFAULT_START = datetime(2026, 1, 5, tzinfo=UTC)
 STEP_EVENT_S = 60.0  # one run.step event per minute of training, whatever the step time
-# DOMAIN.md section 2: a 70B model's full training state is about 1.13 TB, a 405B model's about 6.5 TB.
+# docs/DOMAIN.md section 2: a 70B model's full training state is about 1.13 TB, a 405B model's about 6.5 TB.
 CHECKPOINT_BYTES_PER_PARAM = 16
-SPARE_POOL_TARGET = 0.99  # spares cover the nodes in repair at least this often (DOMAIN.md section 5)
+SPARE_POOL_TARGET = 0.99  # spares cover the nodes in repair at least this often (docs/DOMAIN.md section 5)
 # The event schema's rule for names (docs/EVENTS.md); node names add 6 characters to the cluster's.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,193}$")
 
@@ -89,7 +89,7 @@ class SimulationConfig:
 
     `planned_stops` None: Llama 3's 47 per 54 days at 16,384 GPUs, scaled by days and by fleet size, so that
     planned and unexpected stops keep Llama 3's 47 : 419 mix at any size. `spare_nodes` None: sized so that the
-    nodes in repair exceed the spares less than 1% of the time (Poisson, DOMAIN.md section 5).
+    nodes in repair exceed the spares less than 1% of the time (Poisson, docs/DOMAIN.md section 5).
     """
 
     gpus: int = LLAMA3_GPUS
@@ -99,13 +99,13 @@ class SimulationConfig:
     gpus_per_node: int = 8
     rate_per_gpu_hour: float = LLAMA3_RATE_PER_GPU_HOUR
     planned_stops: int | None = None
-    # Every 30 min of training; async writes block 20-60 s (DOMAIN.md section 2) and are durable 1-5 min later.
+    # Every 30 min of training; async writes block 20-60 s (docs/DOMAIN.md section 2) and are durable 1-5 min later.
     checkpoint_interval_s: float = 1800.0
     checkpoint_blocking: Triangular = Triangular(20, 30, 60)
     checkpoint_drain: Triangular = _minutes(1, 2, 5)
     step_s: float = 6.0  # one optimizer step; about Llama 3 405B's 16M-token batch on 16k H100s
     model_params: int = 405_000_000_000
-    # DOMAIN.md section 2: a crash is noticed in seconds, a hang by the NCCL watchdog after 10-30 min.
+    # docs/DOMAIN.md section 2: a crash is noticed in seconds, a hang by the NCCL watchdog after 10-30 min.
     detection_crash: Triangular = Triangular(5, 20, 120)
     detection_hang: Triangular = _minutes(10, 15, 30)
     # Automated drain-and-replace from hot spares, then process start, NCCL init and checkpoint load.
@@ -177,7 +177,7 @@ HANG_CAUSES = (Cause.NCCL_WATCHDOG, Cause.NETWORK_SWITCH_CABLE, Cause.NIC, Cause
 # No hardware to blame: the job restarts on the same nodes.
 NO_CULPRIT_CAUSES = (Cause.SOFTWARE_BUG, Cause.DEPENDENCY, Cause.NCCL_WATCHDOG)
 
-# NVIDIA's Xid catalog (DOMAIN.md section 4): message and the recovery action NVML reports (field 230).
+# NVIDIA's Xid catalog (docs/DOMAIN.md section 4): message and the recovery action NVML reports (field 230).
 XID_MESSAGES = {
     48: ("DBE (Double Bit Error) ECC Error", 1),
     62: ("Internal micro-controller halt", 1),

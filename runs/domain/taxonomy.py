@@ -1,4 +1,4 @@
-"""Root-cause taxonomy of training interruptions (../shared/DOMAIN.md section 1, Llama 3 Table 5).
+"""Root-cause taxonomy of training interruptions (docs/DOMAIN.md section 1, Llama 3 Table 5).
 
 Pure data: no Django import. `Cause.value` is what the event API accepts as `category` and what the
 record stores; `group` is the broader category the paper uses for its shares.
@@ -64,7 +64,7 @@ CAUSES: dict[Cause, tuple[str, Group, int]] = {
     Cause.UNKNOWN: ("Unknown", Group.UNKNOWN, 0),
 }
 
-# The cause a bare Xid points at when the reporter named none (NVIDIA's Xid catalog, DOMAIN.md section 4).
+# The cause a bare Xid points at when the reporter named none (NVIDIA's Xid catalog, docs/DOMAIN.md section 4).
 XID_CAUSE: dict[int, Cause] = {
     13: Cause.SOFTWARE_BUG,
     31: Cause.SOFTWARE_BUG,

@@ -1,4 +1,4 @@
-"""Response metrics and severity (incidents/domain/response.py): DOMAIN.md section 5."""
+"""Response metrics and severity (incidents/domain/response.py): docs/DOMAIN.md section 5."""
 
 import statistics
 from datetime import UTC, date, datetime, timedelta

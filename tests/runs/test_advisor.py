@@ -1,4 +1,4 @@
-"""The checkpoint advisor (runs/domain/advisor.py): DOMAIN.md sections 1 and 3 as test vectors."""
+"""The checkpoint advisor (runs/domain/advisor.py): docs/DOMAIN.md sections 1 and 3 as test vectors."""
 
 import math
 
@@ -25,12 +25,12 @@ from runs.domain.advisor import (
 )
 
 MINUTE, HOUR = 60.0, 3600.0
-# DOMAIN.md section 1: Llama 3 405B, 419 unexpected interruptions over 16,384 GPUs for 54 days.
+# docs/DOMAIN.md section 1: Llama 3 405B, 419 unexpected interruptions over 16,384 GPUs for 54 days.
 LLAMA3_GPU_HOURS = 16_384 * 54 * 24
 
 
 def test_it_computes_youngs_interval():
-    # DOMAIN.md section 3: delta = 1 min, M = 180 min gives sqrt(360) = 18.97 min.
+    # docs/DOMAIN.md section 3: delta = 1 min, M = 180 min gives sqrt(360) = 18.97 min.
     assert round(young(delta_s=MINUTE, mtbf_s=180 * MINUTE) / MINUTE, 2) == 18.97
 
 
@@ -51,7 +51,7 @@ def test_it_uses_the_mtbf_once_a_write_costs_twice_the_mtbf():
 
 
 def test_it_splits_the_waste_evenly_at_youngs_optimum():
-    # DOMAIN.md section 3: with delta = 1 min, M = 180 min each of the first two terms is 5.3%, W = 10.5% + R/M.
+    # docs/DOMAIN.md section 3: with delta = 1 min, M = 180 min each of the first two terms is 5.3%, W = 10.5% + R/M.
     delta, mtbf, restart = MINUTE, 180 * MINUTE, 10 * MINUTE
     tau = young(delta_s=delta, mtbf_s=mtbf)
     assert round(100 * delta / tau, 1) == 5.3
@@ -149,7 +149,7 @@ def test_it_inverts_the_chi_square_cdf(p, dof):
 
 
 def test_it_derives_llama3_reliability_numbers():
-    # DOMAIN.md section 1: per-GPU MTBF 50,700 GPU-hours, job MTBF 3.09 h, and 12.4 h at 4,096 GPUs.
+    # docs/DOMAIN.md section 1: per-GPU MTBF 50,700 GPU-hours, job MTBF 3.09 h, and 12.4 h at 4,096 GPUs.
     estimate = failure_rate(failures=419, gpu_hours=LLAMA3_GPU_HOURS)
 
     assert round(estimate.mtbf_gpu_hours, -2) == 50_700

@@ -37,7 +37,7 @@ def test_the_advisor_curve_marks_young_daly_current_and_the_floor():
     figure = charts.advisor_curve(advice)
     marks = {t["name"]: t for t in figure["data"] if t["mode"] == "markers+text"}
     assert set(marks) == {"Young", "Daly", "current"}
-    assert round(marks["Young"]["x"][0], 2) == 18.97  # DOMAIN.md section 3: sqrt(2 * 1 * 180) minutes
+    assert round(marks["Young"]["x"][0], 2) == 18.97  # docs/DOMAIN.md section 3: sqrt(2 * 1 * 180) minutes
     assert figure["layout"]["shapes"][0]["y0"] == advice.floor * 100
     assert figure["layout"]["xaxis"]["type"] == "log"
 

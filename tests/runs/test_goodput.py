@@ -1,4 +1,4 @@
-"""The goodput engine (runs/domain/goodput.py): worked examples of DOMAIN.md section 2, then properties."""
+"""The goodput engine (runs/domain/goodput.py): worked examples of docs/DOMAIN.md section 2, then properties."""
 
 from datetime import UTC, date, datetime, timedelta
 
@@ -72,7 +72,7 @@ SCENARIO = RunTimeline(
 
 
 def test_it_reproduces_two_restarts_a_day_of_fifteen_minutes():
-    # DOMAIN.md section 2: a 4,096-GPU run, 2 restarts a day at 15 minutes each: 30 / 1,440 = 2.08% lost.
+    # docs/DOMAIN.md section 2: a 4,096-GPU run, 2 restarts a day at 15 minutes each: 30 / 1,440 = 2.08% lost.
     # The example has no rewound work, so each restart resumes from a zero-cost checkpoint taken at the
     # fault itself; with no checkpoint at all the engine would count everything since the start as lost.
     day = RunTimeline(
@@ -94,7 +94,7 @@ def test_it_reproduces_two_restarts_a_day_of_fifteen_minutes():
 
 
 def test_it_charges_hourly_six_minute_sync_checkpoints_ten_percent():
-    # DOMAIN.md section 2, production example: synchronous checkpoints of 6 minutes every hour = 10% overhead.
+    # docs/DOMAIN.md section 2, production example: synchronous checkpoints of 6 minutes every hour = 10% overhead.
     checkpoints = tuple(CheckpointSpan(hour, at(60 * hour + 54), 360.0) for hour in range(24))
     run = RunTimeline(started_at=at(0), ended_at=at(24 * 60), gpus=1024, checkpoints=checkpoints)
     b = whole(run)

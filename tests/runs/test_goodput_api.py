@@ -83,7 +83,7 @@ def test_fleet_goodput_weighs_runs_by_gpu_hours(reader, record):
 
 def test_the_what_if_advisor_matches_daly(reader, db):
     body = reader.get("/api/v1/advisor?delta_s=300&mtbf_s=86400&restart_s=600").json()
-    assert round(body["daly_s"] / 60, 1) == 116.7  # DOMAIN.md section 3, Daly's first vector
+    assert round(body["daly_s"] / 60, 1) == 116.7  # docs/DOMAIN.md section 3, Daly's first vector
     assert math.isclose(body["young_s"], math.sqrt(2 * 300 * 86400))
     assert body["floor"] == pytest.approx(math.sqrt(2 * 300 / 86400) + 600 / 86400)
     assert len(body["curve"]) == 41 and body["waste_at_current"] is None

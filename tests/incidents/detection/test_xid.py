@@ -1,4 +1,4 @@
-"""The Xid table and storm dedupe (incidents/domain/xid.py): DOMAIN.md section 4."""
+"""The Xid table and storm dedupe (incidents/domain/xid.py): docs/DOMAIN.md section 4."""
 
 import random
 from datetime import UTC, datetime, timedelta

@@ -1,6 +1,6 @@
 """The weekly reliability report: a week with known interruptions and incidents, every figure checked by hand.
 
-DOMAIN.md sections 1-3 and 5. The week is Monday 2026-03-02 00:00 UTC to Monday 2026-03-09 00:00 UTC.
+docs/DOMAIN.md sections 1-3 and 5. The week is Monday 2026-03-02 00:00 UTC to Monday 2026-03-09 00:00 UTC.
 
 - ra: 16 GPUs on n1, n2 (rack r1), Mon 00:00 to Wed 00:00 (48 h), interval 60 min, checkpoints block 60 s.
   1. Mon 10:00 faulty GPU on n2 (working hours): detected 10:05, running 10:20, training 10:30 from the
@@ -42,7 +42,7 @@ def week(post, settings):
 def test_it_reports_every_figure_of_a_known_week(week):
     data = report_build(since=SINCE, until=UNTIL, now=NOW)
 
-    # Goodput (DOMAIN.md section 2), GPU-minutes: wall 2,880 x 16 + 1,440 x 8 = 57,600 (960 GPU-h);
+    # Goodput (docs/DOMAIN.md section 2), GPU-minutes: wall 2,880 x 16 + 1,440 x 8 = 57,600 (960 GPU-h);
     # lost 170 x 16 + 76 x 8 = 3,328.
     assert data["goodput"]["wall_clock_gpu_h"] == pytest.approx(960.0)
     assert data["goodput"]["lost_gpu_h"] == pytest.approx(3_328 / 60)
@@ -68,7 +68,7 @@ def test_it_reports_every_figure_of_a_known_week(week):
     # Interruptions: Tue 22:00 and Sat 03:00 are outside 08:00-20:00 UTC Mon-Fri.
     assert data["interruptions"] == {"total": 3, "planned": 0, "unplanned": 3, "off_hours": 2, "off_hours_unplanned": 2}
 
-    # Causes against Llama 3 (DOMAIN.md section 1): shares from Table 5 counts over 419.
+    # Causes against Llama 3 (docs/DOMAIN.md section 1): shares from Table 5 counts over 419.
     causes = {row["cause"]: row for row in data["causes"]}
     for cause, llama3 in (("faulty_gpu", 148), ("gpu_hbm3", 72), ("network_switch_cable", 35)):
         assert causes[cause]["count"] == 1 and causes[cause]["share"] == pytest.approx(1 / 3)

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Start a real Slurm 22.05 cluster on loopback: munged, slurmctld and one slurmd per fake GPU node.
-# Copied from ../shared/recipes/slurm/start.sh so that the tests need nothing outside the repository. Changes:
+# Adapted from the team's Slurm-on-loopback recipe (recipes/slurm/start.sh), kept here so that the tests need nothing outside the repository. Changes:
 # - SPARES (env, default 0): the last SPARES nodes form the partition `spare` instead of joining `gpu`, and an
 #   empty, root-only partition `repair` exists: FleetOps' pools are partitions (incidents/playbooks/clusters/slurm.py).
 # - SLURMD_PORT (env, default 17001): the first slurmd's port, so that a test cluster can use free ports.

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Stop the cluster that start.sh DIR started: cancel jobs first (a killed slurmd leaves its jobs running),
 # then stop every daemon by the pid it wrote, in parallel.
-# Copied from ../shared/recipes/slurm/stop.sh; cancels the jobs of every partition, not only `gpu`.
+# Adapted from the team's Slurm-on-loopback recipe (recipes/slurm/stop.sh); cancels the jobs of every partition, not only `gpu`.
 L=$(cd "$1" && pwd) || exit 1
 export SLURM_CONF=$L/slurm.conf
 if [ -f "$L/run/slurmctld.pid" ] && kill -0 "$(cat "$L/run/slurmctld.pid")" 2>/dev/null; then
