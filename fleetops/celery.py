@@ -1,3 +1,4 @@
+import importlib
 import os
 
 from celery import Celery
@@ -21,10 +22,12 @@ def retry_transient() -> dict:
 def task_named(name: str):
     """The task registered under its pinned `name=`, for a service that queues the next step of its own work.
 
-    By name, so services never import a tasks module (tasks import services: imports point one way); the task
-    modules are imported here on first use, as a worker imports them at start. A task object's apply_async
-    honours CELERY_TASK_ALWAYS_EAGER, so the embedded default still runs it in-process.
+    By name, so services never import a tasks module (tasks import services: imports point one way); the modules of
+    settings.CELERY_IMPORTS are imported here on first use, as a worker imports them at start (imported directly:
+    Celery's own import_default_modules would also rerun django.setup() and every system check, inside a request).
+    A task object's apply_async honours CELERY_TASK_ALWAYS_EAGER, so the embedded default still runs it in-process.
     """
     if name not in app.tasks:
-        app.loader.import_default_modules()
+        for module in app.conf.imports:
+            importlib.import_module(module)
     return app.tasks[name]

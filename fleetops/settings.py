@@ -50,6 +50,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "fleetops.middleware.DatabaseUnavailableMiddleware",  # database down: 503 + Retry-After, never 500
+    "fleetops.middleware.NulInUrlMiddleware",  # a NUL in the URL: 400, never a database lookup
     "fleetops.bodylimit.BodyLimitMiddleware",  # a body over DATA_UPLOAD_MAX_MEMORY_SIZE: 413 before anything reads it
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -219,9 +220,10 @@ CELERY_TASK_ROUTES = {
     "incidents.report_tasks.*": {"queue": f"{_Q}-reports"},
     "runs.tasks.prune_events": {"queue": f"{_Q}-reports"},  # slow background upkeep: never ahead of an apply
 }
-# autodiscover_tasks finds <app>.tasks only: the report task lives beside it and must be named to be registered.
-# Task modules outside an app's tasks.py (autodiscovery finds runs.tasks): the incident concerns keep their own.
+# Every task module: workers import them at start, fleetops.celery.task_named on first use (runs.tasks is also found
+# by autodiscovery); the incident concerns keep their own.
 CELERY_IMPORTS = [
+    "runs.tasks",
     "incidents.detection.tasks",
     "incidents.playbooks.tasks",
     "incidents.notifications.tasks",

@@ -10,8 +10,8 @@ from django.db.models import Count, Max, Min, Q, Sum
 from incidents.domain.response import IncidentTimes, response_metrics
 from incidents.models import Incident, PlaybookExecution, TimelineEntry
 from runs.domain import goodput
-from runs.models import Interruption
-from runs.selectors import run_costs_get, run_timeline_get
+from runs.models import Interruption, Node
+from runs.selectors import FlaggedNode, run_costs_get, run_timeline_get
 
 
 @dataclass(frozen=True)
@@ -203,3 +203,10 @@ def response_metrics_get(*, since: datetime, until: datetime) -> dict:
         )
     ]
     return response_metrics(times, since=since, until=until)
+
+
+def lemon_nodes_get(*, limit: int = 20) -> tuple[int, list[FlaggedNode]]:
+    """How many nodes have a firing lemon alert (too many interruptions in the window), and some with its summary."""
+    lemons = Node.objects.filter(alerts__kind="lemon", alerts__status="firing")
+    rows = lemons.order_by("hostname").values_list("hostname", "state", "rack", "alerts__summary")
+    return lemons.count(), [FlaggedNode(*row) for row in rows[:limit]]

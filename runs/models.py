@@ -1,6 +1,6 @@
 """The fleet record: clusters, nodes, GPUs, runs, attempts, interruptions, checkpoints, and the event log.
 
-Everything but Event and ApiToken is derived from the event log (runs.services.event_apply) and can be
+Everything but Event and ApiToken is derived from the event log (runs.services.events_apply) and can be
 rebuilt from it (`manage.py rebuild_record`). All times are stored in UTC.
 """
 
@@ -64,7 +64,7 @@ class GPU(models.Model):
     index = models.PositiveSmallIntegerField()
     uuid = models.CharField(max_length=100, blank=True)
     serial = models.CharField(max_length=100, blank=True)
-    xid_count = models.PositiveIntegerField(default=0)
+    xid_count = models.PositiveBigIntegerField(default=0)  # a sum of folded storms: bigint, never full
     last_xid = models.PositiveIntegerField(null=True, blank=True)
     last_xid_at = models.DateTimeField(null=True, blank=True)
     last_xid_message = models.CharField(max_length=1000, blank=True)
@@ -180,13 +180,6 @@ class Interruption(models.Model):
     @property
     def cause_group(self) -> str:
         return cause_group(self.cause).value
-
-    def playbooks(self, *, now):
-        """Playbook executions on this run started between the fault and training again (or now)."""
-        until = self.resumed_at or now
-        return self.run.playbooks.filter(started_at__gte=self.fault_at, started_at__lte=until, dry_run=False).order_by(
-            "started_at"
-        )
 
     @property
     def resumed_from_checkpoint(self):

@@ -95,13 +95,6 @@ def suspect_nodes_get(*, limit: int = 20) -> tuple[int, list[FlaggedNode]]:
     return suspects.count(), [FlaggedNode(*row) for row in rows[:limit]]
 
 
-def lemon_nodes_get(*, limit: int = 20) -> tuple[int, list[FlaggedNode]]:
-    """How many nodes have a firing lemon alert (too many interruptions in the window), and some with its summary."""
-    lemons = Node.objects.filter(alerts__kind="lemon", alerts__status="firing")
-    rows = lemons.order_by("hostname").values_list("hostname", "state", "rack", "alerts__summary")
-    return lemons.count(), [FlaggedNode(*row) for row in rows[:limit]]
-
-
 def node_xid_events(*, node: Node, limit: int = 5000) -> list[tuple[datetime, dict]]:
     """The node's latest gpu.xid events as (time, data), newest first: enough to fold recent storms whole."""
     rows = Event.objects.filter(node_name=node.hostname, type="gpu.xid").order_by("-time", "-id")

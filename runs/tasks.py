@@ -5,24 +5,18 @@ from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
-from django.db import OperationalError
 from django.utils import timezone
 from django.utils.module_loading import import_string
 from kombu.exceptions import OperationalError as BrokerError
 
+from fleetops.celery import retry_transient
 from runs import services
 from runs.retention import events_prune
 
 log = logging.getLogger(__name__)
 
 
-@shared_task(
-    name="runs.tasks.apply_events",
-    acks_late=True,
-    autoretry_for=(OperationalError,),  # a dropped connection or a lock timeout; nothing else retries
-    retry_backoff=2,
-    max_retries=5,
-)
+@shared_task(name="runs.tasks.apply_events", **retry_transient())  # a dropped connection or a lock timeout
 def apply_events(event_ids: list[int]) -> int:
     applied = services.events_apply(event_ids=event_ids)
     for hook in settings.EVENTS_APPLIED_HOOKS:

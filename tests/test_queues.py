@@ -131,3 +131,34 @@ def test_the_beat_schedule_names_only_registered_tasks():
     celery_app.loader.import_default_modules()
     for entry, schedule in settings.CELERY_BEAT_SCHEDULE.items():
         assert schedule["task"] in celery_app.tasks, entry
+
+
+def test_a_fresh_process_registers_every_task_from_settings_alone():
+    """What a worker has at start: CELERY_IMPORTS and autodiscovery, nothing a test module imported first."""
+    import subprocess
+    import sys
+
+    code = (
+        "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'fleetops.settings'); django.setup(); "
+        "from fleetops.celery import app; app.loader.import_default_modules(); "
+        "print('\\n'.join(sorted(n for n in app.tasks if n.startswith(('runs.', 'incidents.')))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
+    assert set(out.split()) == TASK_NAMES
+
+
+def test_task_named_finds_a_task_in_a_fresh_process_without_django_checks():
+    """A service's first queue by name imports the task modules, and does not rerun django.setup()'s checks."""
+    import subprocess
+    import sys
+
+    code = (
+        "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'fleetops.settings'); django.setup(); "
+        "import django.core.checks as checks; calls = []; run = checks.run_checks; "
+        "checks.run_checks = lambda *a, **k: calls.append(1) or run(*a, **k); "
+        "from fleetops.celery import task_named; "
+        "print(task_named('incidents.tasks.advance_playbook').name, task_named('runs.tasks.apply_events').name, "
+        "len(calls))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
+    assert out.split()[-3:] == ["incidents.tasks.advance_playbook", "runs.tasks.apply_events", "0"]

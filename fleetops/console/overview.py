@@ -62,7 +62,7 @@ def _fleet_health_context(now) -> dict:
     grid = selectors.node_grid_get()
     goodput_24h = selectors.fleet_goodput_get(since=now - timedelta(hours=24), until=now, now=now).total
     suspect_count, suspects = selectors.suspect_nodes_get(limit=8)
-    lemon_count, lemons = selectors.lemon_nodes_get(limit=8)
+    lemon_count, lemons = incident_selectors.lemon_nodes_get(limit=8)
     state_counts = Counter(state for row in grid for _, state in row.nodes)
     in_incident = incident_selectors.nodes_in_open_incidents()
     return {

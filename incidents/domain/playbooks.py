@@ -1,7 +1,7 @@
 """Playbook definitions and the policies around them. Pure: no Django import.
 
 A definition is plain data (it is frozen into each execution as JSON). Each step names an operation the
-engine knows (incidents/playbooks/engine.py), the kind of action it is (for the approval policy), its retry budget
+engine runs (incidents/playbooks/steps.py), the kind of action it is (for the approval policy), its retry budget
 and its timeout in seconds. Operations are idempotent: "ensure drained", not "drain".
 """
 

@@ -1,8 +1,8 @@
 """Playbooks from the incident page: start one (or a dry run of it), approve a waiting step, refuse it, abort.
 
-Acting needs the oncall or admin role, as every action on the page (views.acting_actor: 403 and an audit entry);
-approving a step whose approver is "admin" needs an admin. What the engine will not do (PlaybookError) is shown:
-in the card's banner for htmx, on the page with 409 otherwise.
+Acting needs the oncall or admin role, as every action on the page (incidents.pages.incident.acting_actor: 403 and
+an audit entry); approving a step whose approver is "admin" needs an admin. What the engine will not do
+(PlaybookError) is shown: in the card's banner for htmx, on the page with 409 otherwise.
 """
 
 from django.contrib.auth.decorators import login_required

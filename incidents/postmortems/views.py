@@ -1,7 +1,7 @@
 """The postmortem page: read, edit in Markdown with a live preview, versions, review, action items, export.
 
 Anyone signed in reads; editing, reviewing and action items need the oncall or admin role: a refusal leaves an
-audit entry and answers 403 (views.acting_actor).
+audit entry and answers 403 (incidents.pages.incident.acting_actor).
 """
 
 from django.contrib.auth import get_user_model

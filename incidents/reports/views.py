@@ -1,11 +1,8 @@
 """The weekly reliability report: list, page, and its downloads (self-contained HTML, CSV, PDF)."""
 
 from datetime import UTC, datetime, time
-from pathlib import Path
 
-import plotly
 from django import forms
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse, HttpResponseForbidden
@@ -17,9 +14,6 @@ from fleetops.roles import can_act
 from incidents.models import WeeklyReport
 from incidents.reports import rendering
 from incidents.reports import services as reports
-
-PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-STATIC = Path(settings.BASE_DIR) / "static"
 
 
 class WindowForm(forms.Form):

@@ -9,8 +9,10 @@ from rest_framework import serializers
 
 
 class WindowQuery(serializers.Serializer):
-    since = serializers.DateTimeField(required=False, help_text="RFC 3339; default: the endpoint's (see its summary)")
-    until = serializers.DateTimeField(required=False, help_text="RFC 3339; default: the endpoint's (see its summary)")
+    since = serializers.DateTimeField(
+        required=False, help_text="RFC 3339; default: the run's start (fleet goodput, response metrics: 30 days ago)"
+    )
+    until = serializers.DateTimeField(required=False, help_text="RFC 3339; default: the run's end or now")
 
 
 @dataclass(frozen=True)
