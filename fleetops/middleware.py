@@ -68,3 +68,22 @@ def _flag_request(sender, request=None, **kwargs):
 
 
 got_request_exception.connect(_flag_request, dispatch_uid="fleetops.middleware.database_unavailable")
+
+
+class NulInUrlMiddleware:
+    """A NUL character in the path or the query string: 400 before any view runs. PostgreSQL cannot store or compare
+    text holding NUL (psycopg refuses it), so such a URL reached the database as a lookup and answered 500."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if "\x00" in request.path or "%00" in request.META.get("QUERY_STRING", ""):
+            where = "path" if "\x00" in request.path else "query string"
+            if request.path.startswith("/api/"):
+                return JsonResponse(
+                    {"detail": "Invalid request.", "errors": [{"field": where, "reason": "must not contain NUL"}]},
+                    status=400,
+                )
+            return HttpResponse(f"The URL's {where} holds a NUL character.", status=400, content_type="text/plain")
+        return self.get_response(request)

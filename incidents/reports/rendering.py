@@ -44,12 +44,24 @@ def _minutes(seconds: float | None) -> float | None:
 
 
 def report_csv(data: dict) -> str:
-    """Every number of the report, one (section, item, metric, value) row each, full precision."""
+    """Every number of the report, one (section, item, metric, value) row each, full precision; text cells escaped
+    against spreadsheet formula injection (csv_cell)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(CSV_HEADER)
-    writer.writerows(report_csv_rows(data))
+    writer.writerows([csv_cell(cell) for cell in row] for row in report_csv_rows(data))
     return buffer.getvalue()
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> object:
+    """A text cell a spreadsheet would run as a formula (it starts with =, +, -, @, a tab or a carriage return) gets a
+    leading apostrophe, as OWASP advises against CSV injection; numbers are written as they are."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
 
 
 def report_csv_rows(data: dict) -> list[tuple[str, str, str, object]]:

@@ -50,48 +50,66 @@ class _Invalid(Exception):
         self.reason = reason
 
 
-# Each checker takes the raw value and returns the value to store, or raises _Invalid.
-def _str(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise _Invalid("must be a non-empty string")
-    if len(value) > 1000:
-        raise _Invalid("must be at most 1000 characters")
-    return value
+# Each checker takes the raw value and returns the value to store, or raises _Invalid. Checkers are small frozen
+# objects whose bounds can be read (`maximum`, `max_length`), so tests/runs/test_schema_columns.py can hold every field
+# to the column that stores it: what the intake accepts, the record can hold.
+BIGINT_MAX = 2**63 - 1  # PostgreSQL's bigint
+INT_MAX = 2**31 - 1  # PostgreSQL's integer: Django's IntegerField and PositiveIntegerField
+SMALLINT_MAX = 2**15 - 1
 
 
-def _name(value: Any) -> str:
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise _Invalid(
-            "must be 1-200 characters of letters, digits, '.', '_', ':' or '-', starting with a letter or digit"
-        )
-    return value
+@dataclass(frozen=True)
+class Text:
+    max_length: int = 1000
 
-
-BIGINT_MAX = 2**63 - 1  # what PostgreSQL's bigint, and so every integer column of the record, can hold
-
-
-def _int(minimum: int | None = None, maximum: int = BIGINT_MAX):
-    def check(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _Invalid("must be an integer")
-        if minimum is not None and value < minimum:
-            raise _Invalid(f"must be at least {minimum}")
-        if value > maximum:
-            raise _Invalid(f"must be at most {maximum}")
+    def __call__(self, value: Any) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise _Invalid("must be a non-empty string")
+        if len(value) > self.max_length:
+            raise _Invalid(f"must be at most {self.max_length} characters")
         return value
 
-    return check
+
+@dataclass(frozen=True)
+class Name:
+    max_length: int = 200
+
+    def __call__(self, value: Any) -> str:
+        if not isinstance(value, str) or not _NAME.match(value):
+            raise _Invalid(
+                "must be 1-200 characters of letters, digits, '.', '_', ':' or '-', starting with a letter or digit"
+            )
+        return value
 
 
-def _number(minimum: float | None = None):
-    def check(value: Any) -> float:
+@dataclass(frozen=True)
+class Int:
+    minimum: int = 0
+    maximum: int = BIGINT_MAX
+
+    def __call__(self, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Invalid("must be an integer")
+        if value < self.minimum:
+            raise _Invalid(f"must be at least {self.minimum}")
+        if value > self.maximum:
+            raise _Invalid(f"must be at most {self.maximum}")
+        return value
+
+
+@dataclass(frozen=True)
+class Number:
+    minimum: float = -1e9
+    maximum: float = 1e9
+
+    def __call__(self, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
             raise _Invalid("must be a number")
-        if minimum is not None and value < minimum:
-            raise _Invalid(f"must be at least {minimum}")
+        if value < self.minimum:
+            raise _Invalid(f"must be at least {self.minimum:g}")
+        if value > self.maximum:
+            raise _Invalid(f"must be at most {self.maximum:g}")
         return float(value)
-
-    return check
 
 
 def _bool(value: Any) -> bool:
@@ -100,13 +118,26 @@ def _bool(value: Any) -> bool:
     return value
 
 
-def _choice(choices):
-    def check(value: Any) -> str:
-        if value not in choices:
-            raise _Invalid(f"must be one of: {', '.join(choices)}")
+@dataclass(frozen=True)
+class Choice:
+    choices: tuple[str, ...]
+
+    @property
+    def max_length(self) -> int:
+        return max(len(choice) for choice in self.choices)
+
+    def __call__(self, value: Any) -> str:
+        if value not in self.choices:
+            raise _Invalid(f"must be one of: {', '.join(self.choices)}")
         return value
 
-    return check
+
+_str = Text()
+_name = Name()
+
+
+def _choice(choices) -> Choice:
+    return Choice(tuple(choices))
 
 
 def _names(value: Any) -> list[str]:
@@ -125,6 +156,8 @@ def _names(value: Any) -> list[str]:
 def _strings(value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise _Invalid("must be a list of strings")
+    if len(value) > 64 or any(len(v) > 100 for v in value):
+        raise _Invalid("must be at most 64 strings of at most 100 characters")
     return value
 
 
@@ -134,8 +167,24 @@ def parse_time(value: Any) -> datetime:
         raise _Invalid("must be an RFC 3339 timestamp with a time zone, e.g. 2026-01-31T23:59:00Z")
     try:
         return datetime.fromisoformat(value.replace("z", "Z")).astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+        raise _Invalid("is outside the years a timestamp can hold") from None
     except ValueError as exc:
         raise _Invalid(f"is not a valid timestamp ({exc})") from None
+
+
+# Times the record can hold and the goodput engine can add a day or a week to: an event dated outside these years is a
+# broken clock or a forgery, refused with the field named (years 1 and 9999 took pages down).
+TIME_MIN = datetime(2000, 1, 1, tzinfo=UTC)
+TIME_MAX = datetime(2100, 1, 1, tzinfo=UTC)
+
+
+def parse_sane_time(value: Any) -> datetime:
+    """parse_time, and within [TIME_MIN, TIME_MAX): what the intake accepts (in UTC, whatever offset it came in)."""
+    moment = parse_time(value)
+    if not TIME_MIN <= moment < TIME_MAX:
+        raise _Invalid(f"must be between {TIME_MIN:%Y-%m-%d} and {TIME_MAX:%Y-%m-%d} (UTC)")
+    return moment
 
 
 def _details(value: Any) -> Any:
@@ -145,29 +194,30 @@ def _details(value: Any) -> Any:
 
 
 _CAUSES = tuple(c.value for c in Cause)
-_step = _int(minimum=0)
-_gpu = _int(minimum=0, maximum=255)
+_step = Int(0, BIGINT_MAX)
+_gpu = Int(0, 255)
+_duration = Number(0, 1e7)  # seconds: about 115 days, more than any checkpoint write, step or interval
 
 # type -> {field: (checker, required)}; fields not listed are kept as sent, unchecked.
 SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
     "run.started": {
         "run": (_name, True),
         "cluster": (_name, True),
-        "gpus": (_int(minimum=1), True),
+        "gpus": (Int(1, INT_MAX), True),
         "nodes": (_names, True),
-        "job_id": (_str, True),
-        "model_params": (_int(minimum=1), False),
-        "checkpoint_interval_s": (_number(minimum=1), False),
+        "job_id": (Text(200), True),
+        "model_params": (Int(1, BIGINT_MAX), False),
+        "checkpoint_interval_s": (Number(1, 1e7), False),
     },
     "run.step": {"run": (_name, True), "step": (_step, True)},
     "checkpoint.started": {"run": (_name, True), "step": (_step, True)},
     "checkpoint.completed": {
         "run": (_name, True),
         "step": (_step, True),
-        "blocking_s": (_number(minimum=0), True),
-        "bytes": (_int(minimum=0), True),
+        "blocking_s": (_duration, True),
+        "bytes": (Int(0, BIGINT_MAX), True),
         "tier": (_choice(CHECKPOINT_TIERS), True),
-        "durable_at": (parse_time, False),
+        "durable_at": (parse_sane_time, False),
     },
     "checkpoint.failed": {"run": (_name, True), "step": (_step, True), "reason": (_str, True)},
     "run.failed": {
@@ -175,9 +225,9 @@ SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
         "reason": (_str, True),
         "node": (_name, False),
         "gpu": (_gpu, False),
-        "xid": (_int(minimum=0), False),
+        "xid": (Int(0, INT_MAX), False),
         "category": (_choice(_CAUSES), False),
-        "detected_at": (parse_time, False),
+        "detected_at": (parse_sane_time, False),
         "planned": (_bool, False),
         "kind": (_choice(INTERRUPTION_KINDS), False),
     },
@@ -194,43 +244,43 @@ SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
     "gpu.xid": {
         "node": (_name, True),
         "gpu": (_gpu, True),
-        "xid": (_int(minimum=0), True),
+        "xid": (Int(0, INT_MAX), True),
         "message": (_str, True),
-        "uuid": (_str, False),
-        "count": (_int(minimum=1), False),  # a storm folded by the agent: this many identical Xids
+        "uuid": (Text(100), False),
+        "count": (Int(1, 1_000_000), False),  # a storm folded by the agent: this many identical Xids
     },
     "gpu.ecc": {
         "node": (_name, True),
         "gpu": (_gpu, True),
-        "corrected": (_int(minimum=0), True),
-        "uncorrected": (_int(minimum=0), True),
-        "remapped_rows_corrected": (_int(minimum=0), False),
-        "remapped_rows_uncorrected": (_int(minimum=0), False),
+        "corrected": (Int(0, BIGINT_MAX), True),
+        "uncorrected": (Int(0, BIGINT_MAX), True),
+        "remapped_rows_corrected": (Int(0, INT_MAX), False),
+        "remapped_rows_uncorrected": (Int(0, INT_MAX), False),
         "remapped_rows_pending": (_bool, False),
         "remapped_rows_failure": (_bool, False),
-        "retired_pages": (_int(minimum=0), False),
+        "retired_pages": (Int(0, INT_MAX), False),
     },
     "gpu.health": {
         "node": (_name, True),
         "gpu": (_gpu, True),
-        "temperature_c": (_number(), True),
+        "temperature_c": (Number(-273.15, 1000), True),
         "throttle_reasons": (_strings, True),
-        "nvlink_errors": (_int(minimum=0), True),
-        "recovery_action": (_int(minimum=0, maximum=4), True),
+        "nvlink_errors": (Int(0, BIGINT_MAX), True),
+        "recovery_action": (Int(0, 4), True),
     },
     "rank.step_time": {
         "run": (_name, True),
-        "rank": (_int(minimum=0), True),
+        "rank": (Int(0, INT_MAX), True),
         "node": (_name, True),
         "step": (_step, True),
-        "seconds": (_number(minimum=0), True),
+        "seconds": (_duration, True),
     },
     "rank.grad_norm": {
         "run": (_name, True),
-        "rank": (_int(minimum=0), True),
+        "rank": (Int(0, INT_MAX), True),
         "node": (_name, True),
         "step": (_step, True),
-        "value": (_number(), True),
+        "value": (Number(-1e12, 1e12), True),
     },
     "healthcheck.result": {
         "node": (_name, True),
@@ -242,7 +292,7 @@ SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
 EVENT_TYPES = tuple(SCHEMAS)
 # The data fields that are timestamps, by type: the sender's clock is in them too.
 TIME_FIELDS = {
-    type_: tuple(name for name, (check, _required) in fields.items() if check is parse_time)
+    type_: tuple(name for name, (check, _required) in fields.items() if check is parse_sane_time)
     for type_, fields in SCHEMAS.items()
 }
 
@@ -257,12 +307,14 @@ def shifted(event: CloudEvent, delta: timedelta) -> CloudEvent:
     return replace(event, time=event.time + delta, data=data)
 
 
+SUBJECT_MAX = 1000  # Event.subject's column
+
 _ATTRIBUTES = {
     "specversion": _choice((SPECVERSION,)),
     "id": _str,
     "source": _str,
     "type": _choice(EVENT_TYPES),
-    "time": parse_time,
+    "time": parse_sane_time,
 }
 
 
@@ -286,6 +338,8 @@ def parse_event(raw: Any, index: int = 0) -> tuple[CloudEvent | None, list[Probl
     subject = raw.get("subject", "")
     if subject is not None and not isinstance(subject, str):
         problems.append(Problem(index, "subject", "must be a string"))
+    elif subject and len(subject) > SUBJECT_MAX:
+        problems.append(Problem(index, "subject", f"must be at most {SUBJECT_MAX} characters"))
     data = raw.get("data")
     if not isinstance(data, dict):
         problems.append(Problem(index, "data", "is required" if data is None else "must be a JSON object"))

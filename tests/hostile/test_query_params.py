@@ -38,3 +38,31 @@ def test_it_refuses_extreme_query_parameters(db, method, url, status, field):
     if field:
         assert field in {e["field"] for e in response.json()["errors"]}, response.json()
     assert TimelineEntry.objects.count() == 0
+
+
+@pytest.mark.reliability(
+    "a NUL character (%00) in a URL's path or query string, on pages and API endpoints",
+    how="GET with a signed-in on-call engineer and with a read token",
+    outcome="400 saying where the NUL is, before any view or query runs; before: the request reached the views and "
+    "the database, which cannot compare text holding NUL (issue 15 found 500s)",
+)
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/runs/a%00b",
+        "/nodes/a%00b",
+        "/incidents/?run=a%00b",
+        "/fleet?days=3%00",
+        "/api/v1/runs/a%00b",
+        "/api/v1/nodes?cluster=a%00b",
+        "/api/v1/incidents?node=a%00b",
+    ],
+)
+def test_a_nul_in_the_url_is_refused(admin_client, db, url):
+    token = APIClient()
+    token.credentials(HTTP_AUTHORIZATION="Bearer " + make_token("nul", ["read"]))
+    for client in (admin_client, token):
+        response = client.get(url)
+        assert response.status_code == 400, (url, response.status_code)
+        where = "path" if "%00" in url.split("?")[0] else "query string"
+        assert where in response.content.decode()

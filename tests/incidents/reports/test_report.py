@@ -24,6 +24,7 @@ from django.core import mail
 from django.core.management import call_command
 
 from incidents.models import WeeklyReport
+from incidents.reports import rendering
 from incidents.reports import tasks as report_tasks
 from incidents.reports.services import report_build, report_generate
 from tests.stories import NOW, SINCE, UNTIL, build_week
@@ -197,6 +198,21 @@ def test_the_csv_has_the_numbers(user_client, week):
     assert float(rows["mtbf", "per_gpu", "mtbf_gpu_h"]) == pytest.approx(320.0)
     assert float(rows["response", "mtta", "p90_s"]) == pytest.approx(996.0)
     assert rows["top_nodes", "n2", "interruptions"] == "2"
+
+
+@pytest.mark.reliability(
+    "Report CSV cells that a spreadsheet would run as formulas (an action item's text starting with =, +, -, @, a tab)",
+    how="action items with such texts in a report's data, written through the one CSV writer (download and e-mail)",
+    outcome="each such cell starts with an apostrophe; numbers are written as they are",
+)
+def test_the_csv_escapes_cells_a_spreadsheet_would_run(week):
+    data = report_generate(since=SINCE, until=UNTIL, now=NOW).data
+    texts = ['=HYPERLINK("http://x","y")', "+1+1", "-2+3", "@SUM(A1)", "\tx", "plain"]
+    data["action_items"] = [{"id": i, "text": text, "due_on": None} for i, text in enumerate(texts)]
+    rows = list(csv.DictReader(io.StringIO(rendering.report_csv(data))))
+    cells = [row["value"] for row in rows if row["section"] == "action_items"]
+    assert cells == ["'" + text for text in texts[:-1]] + ["plain"]
+    assert float(next(r["value"] for r in rows if r["item"] == "fleet")) == pytest.approx(54_272 / 57_600)
 
 
 def test_the_pdf_has_the_tables(user_client, week):
