@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from runs.management.commands import create_api_token
 from runs.models import GPU, ApiToken, Attempt, Checkpoint, Cluster, Event, Interruption, Node, Run
+from runs.services import quarantined_replay
 
 
 @admin.register(Cluster)
@@ -62,9 +63,15 @@ class CheckpointAdmin(admin.ModelAdmin):
 class EventAdmin(admin.ModelAdmin):
     """The event log is append-only: readable here, never edited."""
 
-    list_display = ["time", "type", "source", "event_id", "run_name", "node_name", "applied_at"]
-    list_filter = ["type"]
-    search_fields = ["event_id", "run_name", "node_name"]
+    list_display = ["time", "type", "source", "event_id", "run_name", "node_name", "applied_at", "quarantined_at"]
+    list_filter = ["type", ("quarantined_at", admin.EmptyFieldListFilter)]
+    search_fields = ["event_id", "run_name", "node_name", "error"]
+    actions = ["replay"]
+
+    @admin.action(description="Replay the selected quarantined events (after a fix)")
+    def replay(self, request, queryset):
+        applied = quarantined_replay(event_ids=list(queryset.values_list("pk", flat=True)))
+        self.message_user(request, f"{applied} applied; the others are still quarantined (see their error).")
 
     def has_add_permission(self, request):
         return False

@@ -233,6 +233,9 @@ class Event(models.Model):
     # Claimed by the detectors (incidents.detection.services) once they have looked at it: each event counts once.
     detected_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
+    # Set when the event failed to apply on its own (its `error` says why): it is left out of the record, every other
+    # event goes on, and `manage.py replay_quarantined` (or the quarantine page) tries it again after a fix.
+    quarantined_at = models.DateTimeField(null=True, blank=True)
     # Set when the sender's time is far from ours (settings.EVENTS_CLOCK_SKEW_FLAG_S): accepted, but flagged.
     skew_s = models.FloatField(
         null=True, blank=True, help_text="Seconds the event's time is ahead of (+) or behind (-) its receipt."
@@ -245,6 +248,8 @@ class Event(models.Model):
             models.Index(fields=["run_name", "type", "time"]),
             models.Index(fields=["node_name", "time"]),
             models.Index(fields=["id"], condition=Q(applied_at__isnull=True), name="event_unapplied"),
+            # The quarantine (a handful of rows, if any): counted on every overview.
+            models.Index(fields=["id"], condition=Q(quarantined_at__isnull=False), name="event_quarantined"),
             # The detection sweeper's backlog (incidents.detection.services.pending_detect): without it, a scan of the
             # table every minute. Small: events leave it within seconds, once detected.
             models.Index(fields=["id"], condition=Q(detected_at__isnull=True), name="event_undetected"),

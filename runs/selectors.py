@@ -140,6 +140,11 @@ def events_pending_count() -> int:
     return Event.objects.filter(applied_at__isnull=True).count()
 
 
+def events_quarantined_count() -> int:
+    """Events that failed to apply on their own and are out of the record until replayed (the quarantine page)."""
+    return Event.objects.filter(quarantined_at__isnull=False).count()
+
+
 def node_recent_events(*, node: Node, limit: int = 50) -> list[Event]:
     return list(Event.objects.filter(node_name=node.hostname).order_by("-time", "-id")[:limit])
 

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 import psycopg
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import Case, DateTimeField, F, Func, JSONField, Q, Value, When
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
@@ -166,8 +166,46 @@ def events_apply(*, event_ids: list[int]) -> int:
     """
     applied = 0
     for start in range(0, len(event_ids), APPLY_CHUNK):
-        applied += _apply_chunk(event_ids[start : start + APPLY_CHUNK])
+        applied += _apply_isolating(event_ids[start : start + APPLY_CHUNK])
     return applied
+
+
+# Errors that say nothing about the events: the database went away or a lock timed out. The task retries them.
+TRANSIENT = (OperationalError, InterfaceError)
+
+
+def _apply_isolating(event_ids: list[int]) -> int:
+    """Apply a chunk; when it fails for a reason of its own (a bug, or a value the database refuses), apply its halves
+    apart, down to the one event that fails alone, which is quarantined. So one bad event costs a few more
+    transactions, never its chunk-mates or the events after it, and the sweeper never stops on it."""
+    try:
+        return _apply_chunk(event_ids)
+    except TRANSIENT:
+        raise
+    except Exception as exc:
+        if len(event_ids) == 1:
+            _quarantine(event_ids[0], exc)
+            return 0
+        middle = len(event_ids) // 2
+        return _apply_isolating(event_ids[:middle]) + _apply_isolating(event_ids[middle:])
+
+
+def _quarantine(event_id: int, exc: Exception) -> None:
+    now = timezone.now()
+    error = f"{type(exc).__name__}: {exc}"[:2000]
+    log.error("event %s failed to apply and is quarantined: %s", event_id, error)
+    Event.objects.filter(pk=event_id, applied_at__isnull=True).update(applied_at=now, quarantined_at=now, error=error)
+
+
+def quarantined_replay(*, event_ids: list[int] | None = None) -> int:
+    """Apply quarantined events again (all, or those named), after a fix; returns how many applied this time. One
+    that still fails is quarantined again with its new error."""
+    rows = Event.objects.filter(quarantined_at__isnull=False)
+    if event_ids is not None:
+        rows = rows.filter(pk__in=event_ids)
+    ids = list(rows.order_by("time", "id").values_list("pk", flat=True))
+    Event.objects.filter(pk__in=ids).update(applied_at=None, quarantined_at=None, error="")
+    return events_apply(event_ids=ids)
 
 
 def _apply_chunk(event_ids: list[int]) -> int:
@@ -463,9 +501,12 @@ def run_lifecycle_rebuild(*, run: Run) -> None:
     The events are read without their node lists (2,048 hostnames a start on a big run): an attempt's nodes are read
     from its start event only when that event is new to it, so a rebuild costs the number of events, not of hosts.
     """
-    rows = Event.objects.filter(run_name=run.name, type__in=lifecycle.LIFECYCLE_TYPES).values_list(
-        "pk", "time", "type", _WithoutNodes("data"), "source", "event_id"
+    # The applied events only (this chunk's are claimed already): an event still waiting for its own chunk, perhaps a
+    # bad one, cannot fail this one. A quarantined event is out of the record until it is replayed.
+    lifecycle_events = Event.objects.filter(
+        run_name=run.name, type__in=lifecycle.LIFECYCLE_TYPES, applied_at__isnull=False, quarantined_at=None
     )
+    rows = lifecycle_events.values_list("pk", "time", "type", _WithoutNodes("data"), "source", "event_id")
     pks = {}
     events = []
     for pk, *fields in rows:
@@ -616,7 +657,7 @@ def record_rebuild() -> int:
         Run.objects.all().delete()
         GPU.objects.all().delete()
         Node.objects.update(state="in_service", state_reason="", state_changed_at=None, last_heartbeat_at=None)
-        Event.objects.update(applied_at=None, error="")
+        Event.objects.update(applied_at=None, error="", quarantined_at=None)
     ids = list(Event.objects.order_by("time", "id").values_list("id", flat=True))
     return events_apply(event_ids=ids)
 

@@ -114,6 +114,8 @@ TABLE = [
     # --- Pages (runs) ---
     Row("GET", "overview", PAGE),
     Row("GET", "fleet", PAGE),
+    Row("GET", "event-quarantine", PAGE),
+    Row("POST", "event-quarantine-replay", ADMIN_ACT),
     Row("GET", "run-page", PAGE, RUN),
     Row("GET", "run-advisor", PAGE, RUN),
     Row("GET", "node-page", PAGE, NODE),

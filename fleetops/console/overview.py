@@ -52,6 +52,7 @@ def overview(request):
         "spare_pools": spares.spare_pools_get(now=timezone.now()),
         "node_states": Node.STATES,
         "interruptions": selectors.interruptions_recent(),
+        "quarantined_events": selectors.events_quarantined_count(),
         **_fleet_health_context(timezone.now()),
     }
     return render(request, "runs/overview.html", context)

@@ -42,6 +42,7 @@ def events_detect(*, event_ids: list[int]) -> int:
             events = list(
                 Event.objects.select_for_update(skip_locked=True)
                 .filter(pk__in=event_ids[start : start + CHUNK], applied_at__isnull=False, detected_at__isnull=True)
+                .exclude(quarantined_at__isnull=False)  # out of the record until replayed: nothing to detect on
                 .order_by("time", "id")
             )
             Event.objects.filter(pk__in=[e.pk for e in events]).update(detected_at=timezone.now())
@@ -53,7 +54,7 @@ def pending_detect(*, older_than: timedelta = timedelta(seconds=30)) -> int:
     """Detect on applied events whose detection task never ran."""
     cutoff = timezone.now() - older_than
     ids = list(
-        Event.objects.filter(applied_at__lt=cutoff, detected_at__isnull=True)
+        Event.objects.filter(applied_at__lt=cutoff, detected_at__isnull=True, quarantined_at=None)
         .order_by("time", "id")
         .values_list("id", flat=True)[:10_000]
     )

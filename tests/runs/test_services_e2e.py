@@ -82,3 +82,48 @@ def test_it_applies_each_event_once_under_parallel_workers(postgres):
     run = Run.objects.get(name="r1")
     assert (run.state, run.attempts.count(), run.interruptions.count(), run.last_step) == ("completed", 2, 1, 6)
     assert run.interruptions.get().resumed_at is not None
+
+
+@pytest.mark.reliability(
+    "A bad event in the log among a run's story, applied by a real Celery worker on PostgreSQL (a run of 2^40 GPUs, "
+    "stored before the intake checked columns), then 100 valid events posted after it",
+    how="the story and the bad row queued as one apply task to a `celery worker` process; then the 100 posted",
+    outcome="the bad row quarantined with the database's error; the story's record exact; the 100 applied; the task "
+    "succeeds (before: the chunk rolled back whole, the task failed, and later sweeps failed on the same row)",
+)
+def test_a_worker_quarantines_a_bad_event_and_goes_on(writer, worker):
+    from runs.tasks import apply_events
+
+    bad = Event.objects.create(
+        source="old://fleetops",
+        event_id="huge",
+        type="run.started",
+        time=timezone.now(),
+        data={"run": "r1", "cluster": "c1", "gpus": 2**40, "nodes": ["n9"], "job_id": "9"},
+        run_name="r1",
+    )
+    events, problems = parse_events(failure_and_restart(), max_batch=1000)
+    assert problems == []
+    rows = [_event_row(e, timezone.now()) for e in events]
+    _insert_orm(rows)
+    apply_events.delay(list(Event.objects.order_by("time", "id").values_list("pk", flat=True)))
+    wait_until_applied(len(events) + 1)
+    bad.refresh_from_db()
+    assert bad.quarantined_at is not None and "out of range" in bad.error
+    assert_failure_and_restart_record()
+
+    later = [
+        {
+            "specversion": "1.0",
+            "id": f"later-{i}",
+            "source": "t://x",
+            "type": "node.heartbeat",
+            "time": "2026-03-01T05:00:00Z",
+            "data": {"node": f"late-{i}"},
+        }
+        for i in range(100)
+    ]
+    assert post(writer, later).status_code == 202
+    wait_until_applied(len(events) + 101)
+    assert Event.objects.filter(quarantined_at__isnull=False).count() == 1
+    assert not any("apply_events" in line and "raised" in line for line in worker)
