@@ -64,8 +64,14 @@ def _entry(incident: Incident, *, kind: str, text: str, actor: Actor = FLEETOPS,
 # --- Detection: findings become alerts, alerts group into incidents -------------------------------------
 
 
-def finding_record(*, finding: Finding, at: datetime, count: int = 1, recommended_action: str = "") -> Alert:
-    """Fold a finding into its firing alert (same fingerprint: count it) or open a new alert on an incident."""
+def finding_record(
+    *, finding: Finding, at: datetime, count: int = 1, recommended_action: str = "", refresh: bool = True
+) -> Alert:
+    """Fold a finding into its firing alert (same fingerprint: count it) or open a new alert on an incident.
+
+    `refresh=False` leaves the incident's severity and recommended action to the caller, which refreshes each incident
+    once after a batch of findings (incident_refresh reads all the incident's firing alerts: once an alert, a batch of
+    n alerts on one incident read n^2/2 rows)."""
     with transaction.atomic():
         alert = Alert.objects.select_for_update().filter(fingerprint=finding.fingerprint, status="firing").first()
         if alert is not None:
@@ -98,7 +104,9 @@ def finding_record(*, finding: Finding, at: datetime, count: int = 1, recommende
                 )
         except IntegrityError:
             # Another worker opened the same alert first: count into theirs.
-            return finding_record(finding=finding, at=at, count=count, recommended_action=recommended_action)
+            return finding_record(
+                finding=finding, at=at, count=count, recommended_action=recommended_action, refresh=refresh
+            )
         if node is not None:
             incident.nodes.add(node)
         _entry(
@@ -108,7 +116,8 @@ def finding_record(*, finding: Finding, at: datetime, count: int = 1, recommende
             text=f"{finding.summary} — {finding.explanation}",
             data={"fingerprint": finding.fingerprint, "severity": finding.severity},
         )
-        incident_refresh(incident=incident, at=at)
+        if refresh:
+            incident_refresh(incident=incident, at=at)
         return alert
 
 
@@ -254,8 +263,10 @@ def alerts_resolve(
     run: Run | None = None,
     kinds: tuple[str, ...] | None = None,
     fingerprint: str | None = None,
+    refresh: bool = True,
 ) -> int:
-    """Mark matching firing alerts resolved (the condition cleared) and say so on their incidents."""
+    """Mark matching firing alerts resolved (the condition cleared) and say so on their incidents; `refresh=False`:
+    the caller refreshes the incidents once after a batch (as for finding_record)."""
     alerts = Alert.objects.filter(status="firing")
     if fingerprint is not None:
         alerts = alerts.filter(fingerprint=fingerprint)
@@ -275,7 +286,8 @@ def alerts_resolve(
             text=f"Alert cleared: {alert.summary} ({reason})",
             data={"fingerprint": alert.fingerprint, "cleared": True},
         )
-        incident_refresh(incident=alert.incident, at=at)
+        if refresh:
+            incident_refresh(incident=alert.incident, at=at)
         resolved += 1
     return resolved
 
