@@ -133,6 +133,13 @@ STORAGES = {
 # Largest accepted body of POST /api/v1/events, in bytes; larger ones get 413 before parsing.
 EVENTS_MAX_BODY_BYTES = env.int("EVENTS_MAX_BODY_BYTES", default=5 * 1024 * 1024)
 EVENTS_MAX_BATCH = env.int("EVENTS_MAX_BATCH", default=10_000)
+# Per-token quota (runs/quotas.py): events a token may send per window; over it, 429 with Retry-After. 100,000 per
+# 10 s is 10,000 events/s a token: a 16,384-GPU run's agents and scheduler send far less than that each, and the
+# intake takes ~35,000/s in all (docs/PERFORMANCE.md), so one sender cannot take most of it. 0: no limit.
+EVENTS_QUOTA_PER_WINDOW = env.int("EVENTS_QUOTA_PER_WINDOW", default=100_000)
+EVENTS_QUOTA_WINDOW_S = env.float("EVENTS_QUOTA_WINDOW_S", default=10.0)
+if EVENTS_QUOTA_PER_WINDOW and EVENTS_QUOTA_PER_WINDOW < EVENTS_MAX_BATCH:
+    raise ImproperlyConfigured("EVENTS_QUOTA_PER_WINDOW must be 0 (no limit) or at least EVENTS_MAX_BATCH")
 # Clock skew: an event dated this far after its receipt is kept at its receipt time and flagged (Event.skew_s);
 # one dated this far before it is kept as sent (a late delivery, or a slow clock) and flagged.
 EVENTS_FUTURE_TOLERANCE_S = env.float("EVENTS_FUTURE_TOLERANCE_S", default=60.0)

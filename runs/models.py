@@ -349,3 +349,15 @@ class ApiToken(models.Model):
 
 # For the OpenAPI schema's enum names (settings.SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]).
 CHECKPOINT_STATUS_CHOICES = Checkpoint.Status.choices
+
+
+class TokenQuota(models.Model):
+    """How many events a token has sent in its current quota window (settings.EVENTS_QUOTA_*): one row a token,
+    reset when a new window begins. Counted in the database, so every web process shares the count."""
+
+    token = models.OneToOneField(ApiToken, on_delete=models.CASCADE, related_name="quota")
+    window_start = models.DateTimeField()
+    used = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self):
+        return f"{self.token}: {self.used} since {self.window_start:%H:%M:%S}"

@@ -24,7 +24,18 @@ FRAMEWORKS = ("django", "rest_framework", "celery", "kombu", "drf_spectacular", 
 DOMAIN, MODELS, SERVICES, INTERFACE, PLUMBING = "domain", "models", "services", "interface", "plumbing"
 RANK = {DOMAIN: 0, MODELS: 1, SERVICES: 2, INTERFACE: 3}
 # Modules named for a job of the selectors/services layer: reads, writes, and what they run on.
-SERVICE_FILES = {"selectors", "services", "engine", "steps", "breaker", "spares", "retention", "charts", "rendering"}
+SERVICE_FILES = {
+    "selectors",
+    "services",
+    "engine",
+    "steps",
+    "breaker",
+    "spares",
+    "retention",
+    "charts",
+    "rendering",
+    "quotas",
+}
 INTERFACE_FILES = {"tasks", "views", "urls", "forms", "admin", "apps", "polling"}
 INTERFACE_PACKAGES = {"api", "pages", "console", "management", "templatetags"}
 PLUMBING_MODULES = {"settings", "celery", "roles", "paging", "jsonparse", "bodylimit", "middleware", "__init__"}

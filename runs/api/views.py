@@ -4,6 +4,7 @@ import django_filters
 from django.conf import settings
 from django.db.models import Count
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, status, viewsets
 from rest_framework.decorators import action, api_view, parser_classes, permission_classes
@@ -16,6 +17,7 @@ from runs.api.auth import EventsWriteScope
 from runs.api.base import InvalidEvents
 from runs.domain.cloudevents import parse_events
 from runs.models import Node, Run
+from runs.quotas import quota_return, quota_take
 
 
 class EventsJSONParser(StrictJSONParser):
@@ -53,11 +55,26 @@ def events_create(request):
     events, problems = parse_events(request.data, max_batch=settings.EVENTS_MAX_BATCH)
     if problems:
         raise InvalidEvents(problems)
-    result = services.events_ingest(events=events)
+    now = timezone.now()
+    retry_after = quota_take(token=request.auth, count=len(events), now=now)
+    if retry_after is not None:
+        return _over_quota(retry_after)
+    try:
+        result = services.events_ingest(events=events)
+    except BaseException:
+        quota_return(token=request.auth, count=len(events), now=now)
+        raise
     items = [{"id": e.id, "source": e.source, "status": "accepted"} for e in result.accepted]
     items += [{"id": e.id, "source": e.source, "status": "duplicate"} for e in result.duplicates]
     body = {"accepted": len(result.accepted), "duplicates": len(result.duplicates), "events": items}
     return Response(body, status=status.HTTP_202_ACCEPTED if result.accepted else status.HTTP_200_OK)
+
+
+def _over_quota(retry_after: float) -> Response:
+    limit, window = settings.EVENTS_QUOTA_PER_WINDOW, settings.EVENTS_QUOTA_WINDOW_S
+    reason = f"this token may send {limit:,} events every {window:g} s; nothing of this batch was stored"
+    body = {"detail": "Quota exceeded; retry later.", "errors": [{"field": "", "reason": reason}]}
+    return Response(body, status=status.HTTP_429_TOO_MANY_REQUESTS, headers={"Retry-After": str(int(retry_after))})
 
 
 class RunFilter(django_filters.FilterSet):
