@@ -346,6 +346,10 @@ PLAYBOOK_AUTO_START = env.bool("PLAYBOOK_AUTO_START", default=True)
 # ... but only for faults this recent (seconds): late or backfilled events never drain a node.
 PLAYBOOK_AUTO_START_MAX_AGE_S = env.float("PLAYBOOK_AUTO_START_MAX_AGE_S", default=900.0)
 PLAYBOOK_MAX_OUT_SHARE = env.float("PLAYBOOK_MAX_OUT_SHARE", default=0.05)
+# Beside the share: at most this many nodes out of service in a cluster, and at most this many drains by FleetOps in
+# a cluster per hour (failures come every few hours at 16,384 GPUs; a burst past this is for a person to judge).
+PLAYBOOK_MAX_OUT_NODES = env.int("PLAYBOOK_MAX_OUT_NODES", default=64)
+PLAYBOOK_MAX_DRAINS_PER_HOUR = env.int("PLAYBOOK_MAX_DRAINS_PER_HOUR", default=8)
 # A running step belongs to its worker while the execution's heartbeat is younger than this (seconds); after that
 # the worker is taken for dead and another may run the step again (resume_playbooks looks for the same age).
 PLAYBOOK_STEP_LEASE_S = env.float("PLAYBOOK_STEP_LEASE_S", default=60.0)

@@ -88,6 +88,22 @@ def breaker_open(*, taken_out: int, fleet: int, max_share: float) -> bool:
     return (taken_out + 1) / fleet > max_share
 
 
+def breaker_reason(
+    *, taken_out: int, fleet: int, max_share: float, max_nodes: int, drains_in_window: int, max_drains: int
+) -> str | None:
+    """Why one more drain must wait for a human, or None when it may go ahead. Three limits, any of which opens the
+    breaker: the share of the cluster out of service, an absolute number of nodes out (a share of a large cluster is
+    many nodes), and the drains FleetOps made in the last window (a flood of forged or real failures drains at most
+    this many before a person looks)."""
+    if breaker_open(taken_out=taken_out, fleet=fleet, max_share=max_share):
+        return f"{taken_out} of {fleet} nodes already out of service (at most {max_share:.0%})"
+    if taken_out + 1 > max_nodes:
+        return f"{taken_out} nodes already out of service (at most {max_nodes})"
+    if drains_in_window + 1 > max_drains:
+        return f"{drains_in_window} drains by FleetOps in the last hour (at most {max_drains})"
+    return None
+
+
 def backoff_s(attempt: int, *, base_s: float = 2.0, cap_s: float = 60.0) -> float:
     """Seconds before retry number `attempt` (1-based): exponential, capped."""
     return min(base_s * 2 ** max(attempt - 1, 0), cap_s)

@@ -1,29 +1,72 @@
-"""The circuit breaker in front of every drain: a playbook may not take more than PLAYBOOK_MAX_OUT_SHARE of a cluster's
-nodes out of service. Open, it pages a human (the incident's severity one level up) and refuses the step."""
+"""The circuit breaker in front of every drain (incidents/domain/playbooks.py: breaker_reason). Open, it pages a human
+(the incident's severity one level up) and refuses the step.
+
+What counts as out of service is not the reported state alone, which any events:write token could rewrite: a node
+FleetOps drained stays counted until it came back through the gate (its return-to-service playbook succeeded), and
+the drains FleetOps made in the last hour are counted apart, whatever the nodes' state says now.
+"""
+
+from datetime import timedelta
 
 from django.conf import settings
+from django.utils import timezone
 
 from incidents import services
-from incidents.domain.playbooks import breaker_open
+from incidents.domain.playbooks import breaker_reason
+from incidents.models import StepExecution
 from incidents.playbooks.clusters.base import RefusedError
 from runs.models import Node
 
 OUT_OF_SERVICE = ["cordoned", "draining", "in_repair"]
+DRAIN_STEP, RETURN_STEP = "drain", "return to spares"  # the drain-and-replace and return-to-service steps
+DRAIN_WINDOW = timedelta(hours=1)
+
+
+def drained_by_fleetops(*, cluster) -> set[str]:
+    """Nodes of the cluster FleetOps drained and has not returned through the gate since: their last drain step is
+    later than their last return-to-service step."""
+    steps = StepExecution.objects.filter(
+        status=StepExecution.Status.SUCCEEDED,
+        execution__dry_run=False,
+        execution__node__cluster=cluster,
+        name__in=[DRAIN_STEP, RETURN_STEP],
+    ).values_list("execution__node__hostname", "name", "finished_at")
+    last: dict[tuple[str, str], object] = {}
+    for hostname, name, finished_at in steps:
+        if finished_at is not None and (last.get((hostname, name)) is None or finished_at > last[(hostname, name)]):
+            last[(hostname, name)] = finished_at
+    drained = {host for host, name in last if name == DRAIN_STEP}
+    return {
+        host
+        for host in drained
+        if (host, RETURN_STEP) not in last or last[(host, RETURN_STEP)] < last[(host, DRAIN_STEP)]
+    }
 
 
 def check(*, execution, cluster) -> None:
     """Raise RefusedError when draining the execution's node would open the breaker; a node already out passes."""
-    taken_out = Node.objects.filter(cluster=cluster, state__in=OUT_OF_SERVICE).count()
+    reported = set(Node.objects.filter(cluster=cluster, state__in=OUT_OF_SERVICE).values_list("hostname", flat=True))
+    out = reported | drained_by_fleetops(cluster=cluster)
+    if execution.node.hostname in out:
+        return
     fleet = Node.objects.filter(cluster=cluster).exclude(state="retired").count()
-    if execution.node.state in OUT_OF_SERVICE or not breaker_open(
-        taken_out=taken_out, fleet=fleet, max_share=settings.PLAYBOOK_MAX_OUT_SHARE
-    ):
+    drains = StepExecution.objects.filter(
+        name=DRAIN_STEP,
+        status=StepExecution.Status.SUCCEEDED,
+        execution__dry_run=False,
+        execution__node__cluster=cluster,
+        finished_at__gte=timezone.now() - DRAIN_WINDOW,
+    ).count()
+    why = breaker_reason(
+        taken_out=len(out),
+        fleet=fleet,
+        max_share=settings.PLAYBOOK_MAX_OUT_SHARE,
+        max_nodes=settings.PLAYBOOK_MAX_OUT_NODES,
+        drains_in_window=drains,
+        max_drains=settings.PLAYBOOK_MAX_DRAINS_PER_HOUR,
+    )
+    if why is None:
         return
     if execution.incident_id:
-        services.incident_page_human(
-            incident=execution.incident, why=f"circuit breaker: {taken_out} of {fleet} nodes already out of service"
-        )
-    raise RefusedError(
-        f"circuit breaker open: {taken_out} of {fleet} nodes already out of service "
-        f"(at most {settings.PLAYBOOK_MAX_OUT_SHARE:.0%}); a human must decide"
-    )
+        services.incident_page_human(incident=execution.incident, why=f"circuit breaker: {why}")
+    raise RefusedError(f"circuit breaker open: {why}; a human must decide")

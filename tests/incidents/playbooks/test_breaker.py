@@ -1,0 +1,84 @@
+"""The circuit breaker counts what FleetOps itself drained, not only what the record's node states say (issue 15):
+forged node.state events cannot talk it into draining the fleet; and it has an absolute cap and a drain rate."""
+
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+from django.utils import timezone
+
+from incidents.domain.playbooks import breaker_reason
+from incidents.models import PlaybookExecution, StepExecution
+from incidents.playbooks import breaker
+from incidents.playbooks.clusters.base import RefusedError
+from runs.models import Cluster, Node
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_reason_names_the_limit_that_opened():
+    ok = {"taken_out": 1, "fleet": 100, "max_share": 0.05, "max_nodes": 64, "drains_in_window": 0, "max_drains": 8}
+    assert breaker_reason(**ok) is None
+    assert "at most 5%" in breaker_reason(**{**ok, "taken_out": 5})
+    assert "at most 3)" in breaker_reason(**{**ok, "fleet": 10_000, "taken_out": 3, "max_nodes": 3})
+    assert "8 drains by FleetOps in the last hour" in breaker_reason(**{**ok, "drains_in_window": 8})
+
+
+def _fleet(n: int = 40) -> Cluster:
+    cluster = Cluster.objects.create(name="c1")
+    Node.objects.bulk_create([Node(hostname=f"x{i:02d}", cluster=cluster) for i in range(n)])
+    return cluster
+
+
+def _step(node: Node, name: str, ago: timedelta) -> None:
+    at = timezone.now() - ago
+    execution = PlaybookExecution.objects.create(
+        playbook="drain-and-replace" if name == "drain" else "return-to-service",
+        definition={},
+        node=node,
+        status="succeeded",
+        started_by="fleetops",
+        started_at=at,
+        finished_at=at,
+    )
+    StepExecution.objects.create(execution=execution, index=0, name=name, status="succeeded", finished_at=at)
+
+
+def _drain(cluster, hostname: str) -> None:
+    breaker.check(
+        execution=SimpleNamespace(node=Node.objects.get(hostname=hostname), incident_id=None), cluster=cluster
+    )
+
+
+@pytest.mark.reliability(
+    "Forged node.state events marking the nodes FleetOps drained back in service, so that more can be drained",
+    how="a 40-node cluster (5% share: 2 nodes), two nodes drained by FleetOps and then reported in service, a third "
+    "drain asked for",
+    outcome="refused: the two stay counted until they come back through return-to-service (before: the breaker "
+    "counted the reported states only, and three rounds drained 8 of 40 nodes)",
+)
+def test_nodes_fleetops_drained_stay_counted_whatever_is_reported(settings):
+    cluster = _fleet()
+    for hostname in ("x00", "x01"):
+        _step(Node.objects.get(hostname=hostname), "drain", timedelta(hours=2))
+    Node.objects.filter(hostname__in=["x00", "x01"]).update(state="in_service")  # what the forged events say
+    with pytest.raises(RefusedError, match="2 of 40 nodes already out of service"):
+        _drain(cluster, "x02")
+    _step(Node.objects.get(hostname="x00"), "return to spares", timedelta(hours=1))  # back through the gate
+    _drain(cluster, "x02")  # 1 out + this one = 5%: allowed
+
+
+def test_an_absolute_cap_and_a_drain_rate_beside_the_share(settings):
+    cluster = _fleet(2000)
+    settings.PLAYBOOK_MAX_OUT_NODES = 3
+    Node.objects.filter(hostname__in=["x00", "x01", "x02"]).update(state="in_repair")
+    with pytest.raises(RefusedError, match="at most 3"):
+        _drain(cluster, "x03")
+    Node.objects.update(state="in_service")
+    settings.PLAYBOOK_MAX_OUT_NODES, settings.PLAYBOOK_MAX_DRAINS_PER_HOUR = 64, 2
+    for hostname in ("x10", "x11"):
+        node = Node.objects.get(hostname=hostname)
+        _step(node, "drain", timedelta(minutes=20))
+        _step(node, "return to spares", timedelta(minutes=10))  # back already: out of service no more
+    with pytest.raises(RefusedError, match="2 drains by FleetOps in the last hour"):
+        _drain(cluster, "x12")
