@@ -4,7 +4,7 @@ was refused is not counted, so a sender that waits and retries gets through. Win
 epoch (a window of 10 s starts at :00, :10, ...): simple, and a burst at a boundary gets at most twice the quota."""
 
 import math
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -12,11 +12,15 @@ from django.db.models import F
 
 from runs.models import ApiToken, TokenQuota
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 
 def window_of(now: datetime, window_s: float) -> datetime:
-    """The start of the quota window holding `now`."""
-    seconds = now.timestamp()
-    return now - timedelta(seconds=seconds % window_s)
+    """The start of the quota window holding `now`, in whole microseconds: every moment of one window gives the same
+    start exactly (float seconds would not, and a start off by a microsecond would reset the count)."""
+    length = round(window_s * 1_000_000)
+    elapsed = (now - EPOCH) // timedelta(microseconds=1)
+    return EPOCH + timedelta(microseconds=elapsed - elapsed % length)
 
 
 def quota_take(*, token: ApiToken, count: int, now: datetime) -> float | None:

@@ -81,3 +81,14 @@ def test_no_limit_when_the_quota_is_zero(db, settings):
     client = client_of("free")
     for i in range(5):
         assert client.post("/api/v1/events", batch(f"z{i}"), content_type="application/json").status_code == 202
+
+
+def test_every_moment_of_a_window_gives_the_same_start():
+    from runs.quotas import window_of
+
+    starts = {window_of(T + timedelta(microseconds=us), 10.0) for us in range(-1_000_000, 8_999_999, 12_347)}
+    assert starts == {datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)}
+    assert window_of(T + timedelta(seconds=9), 10.0) == datetime(2026, 3, 1, 12, 0, 10, tzinfo=UTC)
+    assert window_of(datetime(2026, 3, 1, 12, 0, 7, 300000, tzinfo=UTC), 2.5) == datetime(
+        2026, 3, 1, 12, 0, 5, tzinfo=UTC
+    )
