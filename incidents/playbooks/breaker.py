@@ -9,6 +9,7 @@ the drains FleetOps made in the last hour are counted apart, whatever the nodes'
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import Max
 from django.utils import timezone
 
 from incidents import services
@@ -25,21 +26,24 @@ DRAIN_WINDOW = timedelta(hours=1)
 def drained_by_fleetops(*, cluster) -> set[str]:
     """Nodes of the cluster FleetOps drained and has not returned through the gate since: their last drain step is
     later than their last return-to-service step."""
-    steps = StepExecution.objects.filter(
-        status=StepExecution.Status.SUCCEEDED,
-        execution__dry_run=False,
-        execution__node__cluster=cluster,
-        name__in=[DRAIN_STEP, RETURN_STEP],
-    ).values_list("execution__node__hostname", "name", "finished_at")
-    last: dict[tuple[str, str], object] = {}
-    for hostname, name, finished_at in steps:
-        if finished_at is not None and (last.get((hostname, name)) is None or finished_at > last[(hostname, name)]):
-            last[(hostname, name)] = finished_at
-    drained = {host for host, name in last if name == DRAIN_STEP}
+    latest = (
+        StepExecution.objects.filter(
+            status=StepExecution.Status.SUCCEEDED,
+            execution__dry_run=False,
+            execution__node__cluster=cluster,
+            name__in=[DRAIN_STEP, RETURN_STEP],
+            finished_at__isnull=False,
+        )
+        .order_by()
+        .values("execution__node__hostname", "name")
+        .annotate(at=Max("finished_at"))
+        .values_list("execution__node__hostname", "name", "at")
+    )
+    last = {(hostname, name): at for hostname, name, at in latest}
     return {
         host
-        for host in drained
-        if (host, RETURN_STEP) not in last or last[(host, RETURN_STEP)] < last[(host, DRAIN_STEP)]
+        for host, name in last
+        if name == DRAIN_STEP and ((host, RETURN_STEP) not in last or last[(host, RETURN_STEP)] < last[(host, name)])
     }
 
 
