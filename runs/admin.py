@@ -85,10 +85,11 @@ class EventAdmin(admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ["name", "hint", "scopes", "created_at", "last_used_at", "expires_at", "revoked_at"]
+    list_display = ["name", "hint", "scopes", "role", "clusters", "node", "created_at", "last_used_at", "expires_at"]
     list_filter = [("revoked_at", admin.EmptyFieldListFilter), ("expires_at", admin.EmptyFieldListFilter)]
     readonly_fields = ["hint", "created_at", "last_used_at", "revoked_at"]
-    fields = ["name", "scopes", "hint", "created_at", "last_used_at", "expires_at", "revoked_at"]
+    fields = ["name", "scopes", "role", "clusters", "node", "sources", "hint", "created_at", "last_used_at"]
+    fields += ["expires_at", "revoked_at"]
     actions = ["revoke"]
 
     def get_changeform_initial_data(self, request):

@@ -7,10 +7,12 @@ rebuilt from it (`manage.py rebuild_record`). All times are stored in UTC.
 import hashlib
 import secrets
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
+from runs.domain import trust
 from runs.domain.cloudevents import CHECKPOINT_TIERS, INTERRUPTION_KINDS, NODE_STATE_CHOICES
 from runs.domain.taxonomy import CAUSES, cause_group
 
@@ -320,6 +322,19 @@ class ApiToken(models.Model):
         max_length=12, editable=False, help_text="The token's first characters, to tell tokens apart."
     )
     scopes = models.JSONField(default=list)
+    # What the token may speak for (runs.domain.trust): a role, and optionally the clusters, the node (an agent's
+    # own) and the CloudEvents sources it is bound to. Events outside them are refused with 403.
+    role = models.CharField(
+        max_length=20,
+        choices=[(role, role) for role in trust.ROLES],
+        default=trust.TRAINER,
+        help_text="scheduler: runs and nodes of its clusters; agent: its own node and GPUs; trainer: its runs.",
+    )
+    clusters = models.JSONField(default=list, blank=True, help_text="Cluster names; empty: every cluster.")
+    node = models.CharField(max_length=200, blank=True, help_text="A node agent's own node; empty: any node.")
+    sources = models.JSONField(
+        default=list, blank=True, help_text="CloudEvents sources, each with what lies under it; empty: any."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
@@ -345,6 +360,22 @@ class ApiToken(models.Model):
 
     def has_scope(self, scope: str) -> bool:
         return scope in self.scopes
+
+    def clean(self):
+        for name in ("clusters", "sources"):
+            value = getattr(self, name) or []  # the admin's empty field
+            setattr(self, name, value)
+            if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+                raise ValidationError({name: 'must be a list of names, e.g. ["a", "b"]'})
+        if self.role == trust.AGENT and not self.node:
+            raise ValidationError({"node": "a node agent's token is bound to its node: name it"})
+        if self.node and self.role != trust.AGENT:
+            raise ValidationError({"node": "only a node agent's token is bound to a node"})
+
+    def bounds(self) -> trust.Bounds:
+        return trust.Bounds(
+            role=self.role, clusters=frozenset(self.clusters), node=self.node, sources=tuple(self.sources)
+        )
 
 
 # For the OpenAPI schema's enum names (settings.SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]).

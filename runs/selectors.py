@@ -25,7 +25,8 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from runs.domain import advisor, goodput
+from runs.domain import advisor, goodput, trust
+from runs.domain.cloudevents import CloudEvent
 from runs.models import Attempt, Checkpoint, Cluster, Event, EventRollup, Interruption, Node, Run
 
 
@@ -449,3 +450,16 @@ def node_rollups_get(*, node: Node, days: int = 30) -> list[DailySamples]:
         for day, type_, n, low, total, high in rows
         if day in kept
     ]
+
+
+def event_clusters(events: list[CloudEvent]) -> tuple[dict[str, str], dict[str, str]]:
+    """The cluster of each node and run the events name: the record's where it knows one, else the events' own
+    data.cluster (runs.domain.trust.out_of_bounds reads these)."""
+    nodes, runs = trust.clusters_named(events)
+    hostnames = {e.data["node"] for e in events if isinstance(e.data.get("node"), str)}
+    run_names = {e.data["run"] for e in events if isinstance(e.data.get("run"), str)}
+    nodes.update(
+        Node.objects.filter(hostname__in=hostnames, cluster__isnull=False).values_list("hostname", "cluster__name")
+    )
+    runs.update(Run.objects.filter(name__in=run_names, cluster__isnull=False).values_list("name", "cluster__name"))
+    return nodes, runs

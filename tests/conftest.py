@@ -35,8 +35,10 @@ def reachable(url: str, default_port: int) -> bool:
         return False
 
 
-def make_token(name: str, scopes: list[str]) -> str:
-    row = ApiToken(name=name, scopes=scopes)
+def make_token(name: str, scopes: list[str], **bounds) -> str:
+    """A token: an unbound scheduler (every cluster, any source) unless `bounds` say role, clusters, node, sources."""
+    row = ApiToken(name=name, scopes=scopes, **{"role": "scheduler", **bounds})
+    row.full_clean(exclude=["digest", "hint"])
     token = row.set_new_token()
     row.save()
     return token

@@ -1,9 +1,11 @@
 """The circuit breaker in front of every drain (incidents/domain/playbooks.py: breaker_reason). Open, it pages a human
 (the incident's severity one level up) and refuses the step.
 
-What counts as out of service is not the reported state alone, which any events:write token could rewrite: a node
-FleetOps drained stays counted until it came back through the gate (its return-to-service playbook succeeded), and
-the drains FleetOps made in the last hour are counted apart, whatever the nodes' state says now.
+What counts as out of service is not the reported state alone, which a scheduler's or agent's token could rewrite:
+it is the union of three views. The record's reported states; the nodes FleetOps drained and has not returned
+through the gate since (their return-to-service playbook succeeded), whatever is reported; and the scheduler's own
+view, read from the cluster at the moment of the drain (ClusterAdapter.out_of_service), which no event can rewrite.
+The drains FleetOps made in the last hour are counted apart, whatever the nodes' state says now.
 """
 
 from datetime import timedelta
@@ -15,10 +17,9 @@ from django.utils import timezone
 from incidents import services
 from incidents.domain.playbooks import breaker_reason
 from incidents.models import StepExecution
-from incidents.playbooks.clusters.base import RefusedError
+from incidents.playbooks.clusters.base import OUT_OF_SERVICE, ClusterAdapter, RefusedError
 from runs.models import Node
 
-OUT_OF_SERVICE = ["cordoned", "draining", "in_repair"]
 DRAIN_STEP, RETURN_STEP = "drain", "return to spares"  # the drain-and-replace and return-to-service steps
 DRAIN_WINDOW = timedelta(hours=1)
 
@@ -47,10 +48,12 @@ def drained_by_fleetops(*, cluster) -> set[str]:
     }
 
 
-def check(*, execution, cluster) -> None:
-    """Raise RefusedError when draining the execution's node would open the breaker; a node already out passes."""
+def check(*, execution, cluster, adapter: ClusterAdapter) -> None:
+    """Raise RefusedError when draining the execution's node would open the breaker; a node already out passes.
+
+    A scheduler that cannot be read raises its TransientError: the step waits rather than drain blind."""
     reported = set(Node.objects.filter(cluster=cluster, state__in=OUT_OF_SERVICE).values_list("hostname", flat=True))
-    out = reported | drained_by_fleetops(cluster=cluster)
+    out = reported | drained_by_fleetops(cluster=cluster) | adapter.out_of_service()
     if execution.node.hostname in out:
         return
     fleet = Node.objects.filter(cluster=cluster).exclude(state="retired").count()

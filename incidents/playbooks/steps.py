@@ -41,8 +41,9 @@ def job_id_of(execution) -> str:
 
 def _drain_node(execution, step, spec) -> dict:
     cluster = cluster_of(execution)
-    breaker.check(execution=execution, cluster=cluster)
-    outcome = adapter_for(cluster).ensure_drained(execution.node.hostname, reason_of(execution))
+    adapter = adapter_for(cluster)
+    breaker.check(execution=execution, cluster=cluster, adapter=adapter)
+    outcome = adapter.ensure_drained(execution.node.hostname, reason_of(execution))
     raw = outcome.node.raw_state if outcome.node else ""
     return {"summary": outcome.summary, "state": raw, "changed": outcome.changed}
 

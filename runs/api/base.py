@@ -20,7 +20,16 @@ class InvalidEvents(exceptions.APIException):
     def __init__(self, problems):
         self.problems = problems
         n = len({p.index for p in problems})
-        super().__init__(f"{n} event(s) invalid; nothing was stored.")
+        super().__init__(f"{n} event(s) {self.what}; nothing was stored.")
+
+    what = "invalid"
+
+
+class EventsOutOfBounds(InvalidEvents):
+    """Events the token may not speak for (runs.domain.trust): refused whole, each named with the bound it crosses."""
+
+    status_code = status.HTTP_403_FORBIDDEN
+    what = "outside this token's bounds"
 
 
 def exception_handler(exc, context):

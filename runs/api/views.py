@@ -11,10 +11,11 @@ from rest_framework.decorators import action, api_view, parser_classes, permissi
 from rest_framework.response import Response
 
 from fleetops.jsonparse import StrictJSONParser
-from runs import services
+from runs import selectors, services
 from runs.api import serializers as s
 from runs.api.auth import EventsWriteScope
-from runs.api.base import InvalidEvents
+from runs.api.base import EventsOutOfBounds, InvalidEvents
+from runs.domain import trust
 from runs.domain.cloudevents import parse_events
 from runs.models import Node, Run
 from runs.quotas import quota_return, quota_take
@@ -55,6 +56,11 @@ def events_create(request):
     events, problems = parse_events(request.data, max_batch=settings.EVENTS_MAX_BATCH)
     if problems:
         raise InvalidEvents(problems)
+    bounds = request.auth.bounds()
+    node_clusters, run_clusters = selectors.event_clusters(events) if bounds.clusters else ({}, {})
+    outside = trust.out_of_bounds(events, bounds, node_clusters=node_clusters, run_clusters=run_clusters)
+    if outside:
+        raise EventsOutOfBounds(outside)
     now = timezone.now()
     retry_after = quota_take(token=request.auth, count=len(events), now=now)
     if retry_after is not None:

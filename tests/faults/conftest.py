@@ -151,7 +151,8 @@ def _run_manage(args: list[str], **env: str) -> str:
 
 
 def make_private_token(database_url: str) -> str:
-    out = _run_manage(["create_api_token", "fault-tests", "--scopes", "events:write,read"], DATABASE_URL=database_url)
+    args = ["create_api_token", "fault-tests", "--scopes", "events:write,read", "--role", "scheduler"]
+    out = _run_manage(args, DATABASE_URL=database_url)
     return [line for line in out.split() if len(line) > 30][-1]
 
 

@@ -15,17 +15,26 @@ def admin(client, django_user_model):
 
 
 def test_it_creates_a_token_and_shows_it_once(admin):
-    response = admin.post(
-        "/admin/runs/apitoken/add/", {"name": "dcgm-exporter", "scopes": '["events:write"]'}, follow=True
-    )
+    fields = {"name": "dcgm-exporter", "scopes": '["events:write"]', "role": "agent", "node": "gpu-001"}
+    response = admin.post("/admin/runs/apitoken/add/", {**fields, "clusters": "", "sources": ""}, follow=True)
     assert response.status_code == 200
     (token,) = re.findall(r"copy it now\): (fo_[\w-]+)", response.content.decode())
     row = ApiToken.objects.get(name="dcgm-exporter")
     assert row.digest == ApiToken.digest_of(token) and row.scopes == ["events:write"]
+    assert (row.role, row.node, row.clusters, row.sources) == ("agent", "gpu-001", [], [])
     assert token not in admin.get(f"/admin/runs/apitoken/{row.pk}/change/").content.decode()
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     assert api.get("/api/v1/runs").status_code == 403  # events:write only
+
+
+def test_it_refuses_an_agent_token_without_its_node_and_bounds_that_are_not_lists(admin):
+    fields = {"name": "agent", "scopes": '["events:write"]', "role": "agent", "clusters": "", "sources": ""}
+    response = admin.post("/admin/runs/apitoken/add/", fields)
+    assert "bound to its node" in response.content.decode()
+    response = admin.post("/admin/runs/apitoken/add/", {**fields, "role": "scheduler", "clusters": '"a"'})
+    assert "must be a list of names" in response.content.decode()
+    assert not ApiToken.objects.exists()
 
 
 def test_the_event_log_cannot_be_changed_from_the_admin(admin):

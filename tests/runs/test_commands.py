@@ -38,6 +38,23 @@ def test_create_api_token_refuses_unknown_scopes_and_repeated_names(db):
         run("create_api_token", "x")
 
 
+def test_create_api_token_binds_the_token_and_says_to_what(db):
+    assert ApiToken.objects.count() == 0
+    run("create_api_token", "job", "--scopes", "events:write")
+    assert ApiToken.objects.get(name="job").bounds().describe() == "role trainer"  # the least a sender needs
+    err = StringIO()
+    call_command(
+        "create_api_token", "ctl", "--role", "scheduler", "--clusters", "a, b", "--sources", "slurm://a",
+        stdout=StringIO(), stderr=err,
+    )  # fmt: skip
+    assert "role scheduler; cluster a, b; source slurm://a" in err.getvalue()
+    with pytest.raises(CommandError, match="--node: a node agent's token is bound to its node"):
+        run("create_api_token", "agent", "--role", "agent")
+    with pytest.raises(CommandError, match="--node: only a node agent's token"):
+        run("create_api_token", "ctl2", "--role", "scheduler", "--node", "n1")
+    assert not ApiToken.objects.filter(name__in=["agent", "ctl2"]).exists()
+
+
 def test_load_demo_goes_through_the_intake_and_prints_a_login(
     db, django_user_model, django_capture_on_commit_callbacks
 ):

@@ -49,7 +49,7 @@ def pagerduty(token: str):
 )
 def test_it_refuses_a_token_past_its_expiry_everywhere(db):
     with time_machine.travel(NOW, tick=False):
-        token = create("agent", "--scopes", "events:write,read")
+        token = create("agent", "--scopes", "events:write,read", "--role", "agent", "--node", "n1")
     row = ApiToken.objects.get(name="agent")
     assert row.expires_at == NOW + timedelta(days=90)
 
@@ -75,7 +75,7 @@ def test_it_refuses_a_token_past_its_expiry_everywhere(db):
     outcome="401 'API token revoked at ...' on both, nothing stored; revoking again keeps the first time",
 )
 def test_it_refuses_a_revoked_token_everywhere(db):
-    token = create("alertmanager", "--scopes", "events:write")
+    token = create("alertmanager", "--scopes", "events:write", "--role", "scheduler")
     assert post_event(token, "live").status_code == 202
 
     with time_machine.travel(NOW, tick=False):

@@ -25,6 +25,7 @@ from runs.domain.cloudevents import NODE_STATES
 POOLS = ("main", "spare", "repair")
 JOB_STATES = ("pending", "running", "completing", "failed", "completed", "cancelled")
 CHECK_STATES = ("pending", "running", "passed", "failed")
+OUT_OF_SERVICE = ("cordoned", "draining", "in_repair")  # the states of a node held out of work
 # Commands a health check runs on the node, by name; settings.CLUSTER_HEALTH_CHECKS may replace them.
 DEFAULT_HEALTH_CHECKS = {
     "nvidia_smi": "nvidia-smi -L",
@@ -110,6 +111,13 @@ class ClusterAdapter(ABC):
 
     @abstractmethod
     def node_status(self, name: str) -> NodeStatus: ...
+
+    @abstractmethod
+    def out_of_service(self) -> set[str]:
+        """The nodes the scheduler itself holds out of work (drained, cordoned, in the repair pool), in one read.
+
+        The circuit breaker counts them beside what FleetOps drained: the scheduler's own view, which no event
+        sent to FleetOps can rewrite."""
 
     @abstractmethod
     def ensure_drained(self, name: str, reason: str) -> Outcome:

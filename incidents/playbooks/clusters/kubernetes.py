@@ -39,6 +39,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from incidents.playbooks.clusters.base import (
     DEFAULT_HEALTH_CHECKS,
+    OUT_OF_SERVICE,
     ClusterAdapter,
     ClusterError,
     HealthCheck,
@@ -145,6 +146,10 @@ class KubernetesAdapter(ClusterAdapter):
     def node_status(self, name: str) -> NodeStatus:
         node = self._call(self.core.read_node, name)
         return self._status(node, self._pods_on(name))
+
+    def out_of_service(self) -> set[str]:
+        nodes = self._call(self.core.list_node).items
+        return {node.metadata.name for node in nodes if self._status(node, []).state in OUT_OF_SERVICE}
 
     def list_spares(self) -> list[NodeStatus]:
         nodes = self._call(self.core.list_node, label_selector=f"{POOL_LABEL}=spare").items

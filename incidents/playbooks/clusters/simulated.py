@@ -23,6 +23,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from incidents.playbooks.clusters.base import (
+    OUT_OF_SERVICE,
     ClusterAdapter,
     HealthCheck,
     JobStatus,
@@ -71,6 +72,9 @@ class SimulatedAdapter(ClusterAdapter):
             jobs=self._jobs_on(node),
             pool=pool_of(node.state),
         )
+
+    def out_of_service(self) -> set[str]:
+        return set(self._nodes().filter(state__in=OUT_OF_SERVICE).values_list("hostname", flat=True))
 
     def list_spares(self) -> list[NodeStatus]:
         names = self._nodes().filter(state="hot_spare").values_list("hostname", flat=True)

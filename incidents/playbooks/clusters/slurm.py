@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from incidents.playbooks.clusters.base import (
     DEFAULT_HEALTH_CHECKS,
+    OUT_OF_SERVICE,
     ClusterAdapter,
     ClusterError,
     HealthCheck,
@@ -203,6 +204,13 @@ class SlurmAdapter(ClusterAdapter):
     def node_status(self, name: str) -> NodeStatus:
         node = self._node(name)
         return self._status(node, self._jobs())
+
+    def out_of_service(self) -> set[str]:
+        return {
+            node.name
+            for node in self._nodes()
+            if node_state(node.base, node.flags, running_jobs=False, pool=self._pool(node)) in OUT_OF_SERVICE
+        }
 
     def list_spares(self) -> list[NodeStatus]:
         spare = self.config.partitions["spare"]

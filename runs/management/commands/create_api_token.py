@@ -1,8 +1,10 @@
 from datetime import timedelta
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from runs.domain import trust
 from runs.models import ApiToken
 
 # A quarter: long enough that a node agent's token is not rotated every few weeks, short enough that a token
@@ -30,6 +32,18 @@ class Command(BaseCommand):
             default="events:write",
             help=f"Comma-separated, from: {', '.join(ApiToken.Scope.values)} (default: events:write).",
         )
+        parser.add_argument(
+            "--role",
+            choices=trust.ROLES,
+            default=trust.TRAINER,
+            help="What it speaks for: scheduler (runs and nodes of its clusters), agent (its own node and GPUs), "
+            "trainer (its runs; the default). Only schedulers and agents may send node and GPU state.",
+        )
+        parser.add_argument("--clusters", default="", help="Comma-separated cluster names (default: every cluster).")
+        parser.add_argument("--node", default="", help="A node agent's own node (required with --role agent).")
+        parser.add_argument(
+            "--sources", default="", help="Comma-separated CloudEvents sources it may use (default: any)."
+        )
         lifetime = parser.add_mutually_exclusive_group()
         lifetime.add_argument(
             "--expires-in",
@@ -39,7 +53,7 @@ class Command(BaseCommand):
         )
         lifetime.add_argument("--no-expiry", action="store_true", help="The token never expires (until revoked).")
 
-    def handle(self, *args, name, scopes, expires_in, no_expiry, **options):
+    def handle(self, *args, name, scopes, role, clusters, node, sources, expires_in, no_expiry, **options):
         wanted = [s.strip() for s in scopes.split(",") if s.strip()]
         unknown = set(wanted) - set(ApiToken.Scope.values)
         if unknown or not wanted:
@@ -47,10 +61,19 @@ class Command(BaseCommand):
         days = None if no_expiry else _days(expires_in) if expires_in is not None else DEFAULT_EXPIRES_IN_DAYS
         if ApiToken.objects.filter(name=name).exists():
             raise CommandError(f"A token named {name!r} exists already.")
-        row = ApiToken(name=name, scopes=wanted)
+        row = ApiToken(name=name, scopes=wanted, role=role, clusters=_names(clusters), node=node.strip())
+        row.sources = _names(sources)
+        try:
+            row.clean()
+        except ValidationError as exc:
+            raise CommandError("; ".join(f"--{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from None
         row.expires_at = None if days is None else timezone.now() + timedelta(days=days)
         token = row.set_new_token()
         row.save()
         self.stdout.write(token)
         when = "never expires" if row.expires_at is None else f"expires {row.expires_at:%Y-%m-%d %H:%M} UTC"
-        self.stderr.write(f"Token {name!r} ({', '.join(wanted)}) {when}.")
+        self.stderr.write(f"Token {name!r} ({', '.join(wanted)}; {row.bounds().describe()}) {when}.")
+
+
+def _names(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]

@@ -11,6 +11,7 @@ from incidents.domain.playbooks import breaker_reason
 from incidents.models import PlaybookExecution, StepExecution
 from incidents.playbooks import breaker
 from incidents.playbooks.clusters.base import RefusedError
+from incidents.playbooks.clusters.simulated import SimulatedAdapter
 from runs.models import Cluster, Node
 
 pytestmark = pytest.mark.django_db
@@ -44,10 +45,20 @@ def _step(node: Node, name: str, ago: timedelta) -> None:
     StepExecution.objects.create(execution=execution, index=0, name=name, status="succeeded", finished_at=at)
 
 
-def _drain(cluster, hostname: str) -> None:
-    breaker.check(
-        execution=SimpleNamespace(node=Node.objects.get(hostname=hostname), incident_id=None), cluster=cluster
-    )
+class SchedulerSays(SimulatedAdapter):
+    """The simulated cluster, whose scheduler also holds `held` out of work whatever the record says."""
+
+    def __init__(self, cluster, held=()):
+        super().__init__(cluster)
+        self.held = set(held)
+
+    def out_of_service(self) -> set[str]:
+        return super().out_of_service() | self.held
+
+
+def _drain(cluster, hostname: str, held=()) -> None:
+    execution = SimpleNamespace(node=Node.objects.get(hostname=hostname), incident_id=None)
+    breaker.check(execution=execution, cluster=cluster, adapter=SchedulerSays(cluster, held))
 
 
 @pytest.mark.reliability(
@@ -82,3 +93,10 @@ def test_an_absolute_cap_and_a_drain_rate_beside_the_share(settings):
         _step(node, "return to spares", timedelta(minutes=10))  # back already: out of service no more
     with pytest.raises(RefusedError, match="2 drains by FleetOps in the last hour"):
         _drain(cluster, "x12")
+
+
+def test_the_schedulers_own_view_counts_beside_the_record():
+    cluster = _fleet()  # 40 nodes, 5%: 2 out at most
+    _drain(cluster, "x02", held=["x00"])  # 1 out + this one: allowed
+    with pytest.raises(RefusedError, match="2 of 40 nodes already out of service"):
+        _drain(cluster, "x02", held=["x00", "x01"])  # the record says all in service; the scheduler does not

@@ -296,3 +296,31 @@ def test_client_words_decide_the_error_type(message, kind):
 )
 def test_slurm_states_map_to_fleetops_states(base, flags, running, pool, state):
     assert node_state(base, flags, running_jobs=running, pool=pool) == state
+
+
+@pytest.mark.reliability(
+    "A node drained in Slurm while FleetOps' record says it is in service (forged or stale state)",
+    how="the real Slurm cluster, gpu-003 drained with scontrol behind FleetOps' back, the record all in service, "
+    "the breaker capped at one node out; a drain of gpu-004 asked for",
+    outcome="out_of_service() reads gpu-003 from sinfo; the breaker counts it and refuses gpu-004 (before: it "
+    "counted the record's states only)",
+)
+def test_the_breaker_counts_what_slurm_itself_holds_out(slurm, slurm_cluster, db, settings):
+    from types import SimpleNamespace
+
+    from incidents.playbooks import breaker
+    from runs.models import Cluster, Node
+
+    cluster = Cluster.objects.create(name="loopback")
+    Node.objects.bulk_create([Node(hostname=f"gpu-00{i}", cluster=cluster) for i in range(1, 7)])
+    settings.PLAYBOOK_MAX_OUT_NODES, settings.PLAYBOOK_MAX_OUT_SHARE = 1, 0.5  # the cap decides, not the share
+    execution = SimpleNamespace(node=Node.objects.get(hostname="gpu-004"), incident_id=None)
+    assert slurm.out_of_service() == set()
+    breaker.check(execution=execution, cluster=cluster, adapter=slurm)  # nothing out: allowed
+    slurm_cluster.run("scontrol", "update", "nodename=gpu-003", "state=drain", "reason=by hand")
+    try:
+        assert slurm.out_of_service() == {"gpu-003"}
+        with pytest.raises(RefusedError, match="at most 1"):
+            breaker.check(execution=execution, cluster=cluster, adapter=slurm)
+    finally:
+        back_in_service(slurm, "gpu-003")

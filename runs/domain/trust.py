@@ -1,0 +1,100 @@
+"""What a token may speak for: its role, its clusters, its node, its sources (docs/EVENTS.md, "Token bounds").
+
+Pure: no Django import. The intake asks `out_of_bounds` after the events parsed and before anything is stored; a
+batch with one event outside the token's bounds is refused whole (403), each such event named with the bound it
+crosses. The record supplies what the events alone cannot say: the cluster a known node or run belongs to. The
+record's word wins over the event's, so a token for cluster A cannot move a node of cluster B by naming A.
+"""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from runs.domain.cloudevents import CloudEvent, Problem
+
+SCHEDULER, AGENT, TRAINER = "scheduler", "agent", "trainer"
+ROLES = (SCHEDULER, AGENT, TRAINER)
+# The event types each role may send. A scheduler speaks for runs and nodes of its clusters; a node agent for its own
+# node and GPUs; a training job for its runs. Node and GPU state (node.state, gpu.*) never come from a training job:
+# the circuit breaker and the detectors read them.
+_NODE_TYPES = ("node.", "gpu.", "healthcheck.")
+_RUN_TYPES = ("run.", "checkpoint.", "rank.")
+ROLE_TYPES = {SCHEDULER: _NODE_TYPES + _RUN_TYPES, AGENT: _NODE_TYPES, TRAINER: _RUN_TYPES}
+
+
+@dataclass(frozen=True)
+class Bounds:
+    role: str
+    clusters: frozenset[str] = frozenset()  # empty: every cluster
+    node: str = ""  # a node agent's own node; empty: any node
+    sources: tuple[str, ...] = ()  # the CloudEvents sources it may use, each with what lies under it; empty: any
+
+    def describe(self) -> str:
+        parts = [f"role {self.role}"]
+        if self.clusters:
+            parts.append("cluster " + ", ".join(sorted(self.clusters)))
+        if self.node:
+            parts.append(f"node {self.node}")
+        if self.sources:
+            parts.append("source " + ", ".join(self.sources))
+        return "; ".join(parts)
+
+
+def source_allowed(source: str, allowed: Iterable[str]) -> bool:
+    """`source` is one of `allowed` or lies under one: "/slurm/a" allows "/slurm/a" and "/slurm/a/prolog"."""
+    return any(source == bound or source.startswith(bound.rstrip("/") + "/") for bound in allowed)
+
+
+def clusters_named(events: Iterable[CloudEvent]) -> tuple[dict[str, str], dict[str, str]]:
+    """The cluster each node and run is given in the events themselves (data.cluster), first mention kept."""
+    nodes: dict[str, str] = {}
+    runs: dict[str, str] = {}
+    for event in events:
+        cluster = event.data.get("cluster")
+        if not cluster:
+            continue
+        if event.type.startswith(_RUN_TYPES) and event.data.get("run"):
+            runs.setdefault(event.data["run"], cluster)
+        elif event.data.get("node"):
+            nodes.setdefault(event.data["node"], cluster)
+    return nodes, runs
+
+
+def out_of_bounds(
+    events: list[CloudEvent],
+    bounds: Bounds,
+    *,
+    node_clusters: Mapping[str, str],
+    run_clusters: Mapping[str, str],
+) -> list[Problem]:
+    """Every event of the batch outside `bounds`, one problem each: the first bound it crosses.
+
+    node_clusters and run_clusters: the cluster of each node and run the events name, from the record where it
+    knows them, else from the events (clusters_named); a name missing from both has no known cluster.
+    """
+    problems = []
+    for index, event in enumerate(events):
+        reason = _crossed(event, bounds, node_clusters, run_clusters)
+        if reason is not None:
+            problems.append(Problem(index, reason[0], f"{reason[1]} (this token: {bounds.describe()})"))
+    return problems
+
+
+def _crossed(event, bounds, node_clusters, run_clusters) -> tuple[str, str] | None:
+    if bounds.sources and not source_allowed(event.source, bounds.sources):
+        return "source", f"this token may not send from source {event.source!r}"
+    if not event.type.startswith(ROLE_TYPES[bounds.role]):
+        return "type", f"a token of role {bounds.role} may not send {event.type}"
+    run, node = event.data.get("run"), event.data.get("node")
+    if bounds.node and node != bounds.node:
+        return "data.node", f"a node agent speaks for its own node only, not {node!r}"
+    if not bounds.clusters:
+        return None
+    if event.type.startswith(_RUN_TYPES):
+        field, name, cluster = "data.run", f"run {run}", run_clusters.get(run)
+    else:
+        field, name, cluster = "data.node", f"node {node}", node_clusters.get(node)
+    if cluster is None:
+        return field, f"the cluster of {name} is not known; name it in data.cluster"
+    if cluster not in bounds.clusters:
+        return field, f"{name} is in cluster {cluster}, which this token does not speak for"
+    return None
