@@ -153,6 +153,9 @@ EVENTS_PRUNE_BATCH = env.int("EVENTS_PRUNE_BATCH", default=10_000)
 # Who hears "events applied": Celery tasks, by dotted path, looked up at run time and queued with the event ids once
 # the record holds them (in-process where there is no broker). The record (runs) never imports its listeners.
 EVENTS_APPLIED_HOOKS = ["incidents.detection.tasks.detect_events"]
+# A sender's turn at applying (runs.services.turn_apply) gives way after this many seconds, or sooner when another
+# sender waits: a flood then delays everyone else by about a chunk, and a worker's other queues get their turn too.
+EVENTS_APPLY_TURN_S = env.float("EVENTS_APPLY_TURN_S", default=1.0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = EVENTS_MAX_BODY_BYTES
 # The Alertmanager and PagerDuty intakes (incidents/intake/views.py): largest body, in bytes (PagerDuty's own limit
 # is 512 KB an event), and most alerts in one Alertmanager webhook (set its webhook_config max_alerts to match).

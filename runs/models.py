@@ -238,6 +238,10 @@ class Event(models.Model):
     # Set when the event failed to apply on its own (its `error` says why): it is left out of the record, every other
     # event goes on, and `manage.py replay_quarantined` (or the quarantine page) tries it again after a fix.
     quarantined_at = models.DateTimeField(null=True, blank=True)
+    # The token that sent it (empty: FleetOps itself, a loaded history): who said what, and the unit of fair applying.
+    token = models.ForeignKey(
+        "ApiToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
     # Set when the sender's time is far from ours (settings.EVENTS_CLOCK_SKEW_FLAG_S): accepted, but flagged.
     skew_s = models.FloatField(
         null=True, blank=True, help_text="Seconds the event's time is ahead of (+) or behind (-) its receipt."
@@ -250,6 +254,8 @@ class Event(models.Model):
             models.Index(fields=["run_name", "type", "time"]),
             models.Index(fields=["node_name", "time"]),
             models.Index(fields=["id"], condition=Q(applied_at__isnull=True), name="event_unapplied"),
+            # Each sender's backlog, oldest first: the fair apply takes a chunk of one sender at a time.
+            models.Index(fields=["token", "id"], condition=Q(applied_at__isnull=True), name="event_unapplied_token"),
             # The quarantine (a handful of rows, if any): counted on every overview.
             models.Index(fields=["id"], condition=Q(quarantined_at__isnull=False), name="event_quarantined"),
             # The detection sweeper's backlog (incidents.detection.services.pending_detect): without it, a scan of the
@@ -392,3 +398,15 @@ class TokenQuota(models.Model):
 
     def __str__(self):
         return f"{self.token}: {self.used} since {self.window_start:%H:%M:%S}"
+
+
+class ApplyTurn(models.Model):
+    """A sender whose events wait to be applied has one turn queued, no more (runs.services.apply_turn_take): the
+    apply queue holds a turn per sender, not a task per batch, so a flood from one token waits behind everyone
+    else's next chunk instead of everyone waiting behind the flood. `sender` is the token's id (0: no token)."""
+
+    sender = models.BigIntegerField(primary_key=True)
+    queued_at = models.DateTimeField()
+
+    def __str__(self):
+        return f"turn of sender {self.sender} queued at {self.queued_at:%H:%M:%S}"

@@ -1,12 +1,14 @@
 """Writes to the fleet record. Views, tasks and commands call these; nothing else writes.
 
-The path of an event: `events_ingest` stores validated events (one transaction, all or nothing) and
-queues `runs.tasks.apply_events` on commit; the task calls `events_apply`, which claims the events and
-folds each into the record. Every applier is safe to run twice and in any order.
+The path of an event: `events_ingest` stores validated events (one transaction, all or nothing) and, on commit,
+takes its sender a turn (`apply_turn_take`: at most one queued per sender); the turn (`runs.tasks.apply_turn`,
+`turn_apply`) claims the sender's oldest events a chunk at a time and folds each into the record, and gives way to
+the next sender after each chunk when one is waiting. Every applier is safe to run twice and in any order.
 """
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -20,11 +22,13 @@ from django.utils import timezone
 from fleetops.celery import task_named
 from runs.domain import cloudevents, lifecycle
 from runs.domain.cloudevents import CloudEvent, parse_time
-from runs.models import GPU, Attempt, Checkpoint, Cluster, Event, Interruption, Node, Run
+from runs.models import GPU, ApiToken, ApplyTurn, Attempt, Checkpoint, Cluster, Event, Interruption, Node, Run
 
 log = logging.getLogger(__name__)
 
 APPLY_CHUNK = 500
+# A turn queued this long ago lost its message (a broker restart): the sender's next batch queues another.
+TURN_STALE = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
@@ -34,21 +38,24 @@ class IngestResult:
     event_ids: list[int]
 
 
-def events_ingest(*, events: list[CloudEvent], backfill: bool = False) -> IngestResult:
+def events_ingest(*, events: list[CloudEvent], backfill: bool = False, token: ApiToken | None = None) -> IngestResult:
     """Store new events durably and queue their application; repeats of stored events are skipped.
 
     One transaction, all or nothing. On PostgreSQL the batch is one INSERT ... SELECT FROM unnest(...) ON CONFLICT
     DO NOTHING: no ORM object per event, no read before the write, and a concurrent request storing the same event
     first simply makes it a duplicate here. A `backfill` (a loaded history) is late by design: not flagged as late.
+    `token`: who sent them (none: FleetOps itself).
     """
     received_at = timezone.now()
-    rows = [_event_row(e, received_at, flag_late=not backfill) for e in events]
+    token_id = token.pk if token is not None else None
+    rows = [_event_row(e, received_at, token_id, flag_late=not backfill) for e in events]
     with transaction.atomic():
         if connection.vendor == "postgresql":
             stored = _insert_postgresql(rows)
         else:
             stored = _insert_orm(rows)
-        _enqueue_apply(sorted(stored.values()))
+        if stored:
+            transaction.on_commit(lambda: apply_turn_take(sender=token_id or 0), robust=True)
     accepted = [e for e in events if (e.source, e.id) in stored]
     duplicates = [e for e in events if (e.source, e.id) not in stored]
     return IngestResult(accepted=accepted, duplicates=duplicates, event_ids=[stored[e.source, e.id] for e in accepted])
@@ -66,10 +73,11 @@ INTAKE_COLUMNS = (
     "run_name",
     "node_name",
     "skew_s",
+    "token_id",
 )
 
 
-def _event_row(event: CloudEvent, received_at: datetime, *, flag_late: bool = True) -> tuple:
+def _event_row(event: CloudEvent, received_at: datetime, token_id: int | None, *, flag_late: bool = True) -> tuple:
     """The stored row of an event. A time ahead of receipt cannot be true: the sender's clock is fast, so the event
     (and the timestamps in its data) are moved back to the receipt, and skew_s keeps by how much. A time far behind
     may be a late delivery (a spool emptied after an outage) or a slow clock: kept as sent, and flagged in skew_s."""
@@ -90,6 +98,7 @@ def _event_row(event: CloudEvent, received_at: datetime, *, flag_late: bool = Tr
         _name_of(data.get("run")),
         _name_of(data.get("node")),
         skew_s,
+        token_id,
     )
 
 
@@ -104,7 +113,7 @@ def _insert_postgresql(rows: list[tuple]) -> dict[tuple[str, str], int]:
     The batch travels as one JSON array that PostgreSQL unpacks (json_to_recordset): one json.dumps in C, where
     binding a parameter a value, or Django's client-side quoting of 10,000 values, costs more than the insert itself.
     """
-    keys = ("s", "i", "t", "u", "w", None, "d", "r", "n", "k")  # INTAKE_COLUMNS, received_at (None) bound once
+    keys = ("s", "i", "t", "u", "w", None, "d", "r", "n", "k", None)  # INTAKE_COLUMNS; received_at, token_id bound
     batch = json.dumps(
         [{key: value for key, value in zip(keys, row, strict=True) if key} for row in rows],
         ensure_ascii=False,
@@ -113,8 +122,8 @@ def _insert_postgresql(rows: list[tuple]) -> dict[tuple[str, str], int]:
     )
     statement = f"""
         INSERT INTO {Event._meta.db_table}
-            (source, event_id, type, subject, time, received_at, data, run_name, node_name, skew_s, error)
-        SELECT s, i, t, u, w, %s, d, r, n, k, ''
+            (source, event_id, type, subject, time, received_at, data, run_name, node_name, skew_s, token_id, error)
+        SELECT s, i, t, u, w, %s, d, r, n, k, %s, ''
         FROM json_to_recordset(%s::json)
             AS batch(s text, i text, t text, u text, w timestamptz, d jsonb, r text, n text, k float8)
         ON CONFLICT (source, event_id) DO NOTHING
@@ -122,7 +131,8 @@ def _insert_postgresql(rows: list[tuple]) -> dict[tuple[str, str], int]:
     """
     connection.ensure_connection()
     with psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(statement, [rows[0][5] if rows else timezone.now(), batch])
+        received_at, token_id = (rows[0][5], rows[0][10]) if rows else (timezone.now(), None)
+        cursor.execute(statement, [received_at, token_id, batch])
         return {(source, event_id): pk for source, event_id, pk in cursor.fetchall()}
 
 
@@ -147,15 +157,65 @@ def _insert_orm(rows: list[tuple]) -> dict[tuple[str, str], int]:
     return {(event.source, event.event_id): event.pk for event in new if event.pk is not None}
 
 
-def _enqueue_apply(event_ids: list[int]) -> None:
-    """Queue the application of stored events once they are committed. A broker that is down loses only the
-    message, never the event: the sweeper (runs.tasks.apply_pending_events) applies what was not applied."""
-    # One task for the whole batch (events_apply takes it APPLY_CHUNK events a transaction): a batch comes from one
-    # sender, mostly one run, and a run's chunks serialize on its row lock anyway. A task per chunk had a second
-    # worker take the batch's next chunk and wait on the first's lock instead of applying another run's batch.
-    if event_ids:
-        apply_events = task_named("runs.tasks.apply_events")  # by name: tasks import services, not back
-        transaction.on_commit(lambda: apply_events.delay(event_ids), robust=True)
+def apply_turn_take(*, sender: int) -> None:
+    """Queue the sender's turn to have its events applied, unless one is queued already (`sender`: a token's id, 0
+    for none). A broker that is down loses only the turn, never an event: the sweeper (runs.tasks.apply_pending_events)
+    applies what was left, and the sender's next batch queues a turn again."""
+    now = timezone.now()
+    ApplyTurn.objects.filter(sender=sender, queued_at__lt=now - TURN_STALE).delete()
+    _, created = ApplyTurn.objects.get_or_create(sender=sender, defaults={"queued_at": now})
+    if not created:
+        return
+    try:
+        task_named("runs.tasks.apply_turn").delay(sender)  # by name: tasks import services, not back
+    except BaseException:
+        ApplyTurn.objects.filter(sender=sender).delete()
+        raise
+
+
+def turn_apply(*, sender: int, on_chunk=lambda ids: None, slice_s: float | None = None) -> int:
+    """A sender's turn: apply its oldest pending events, a chunk (APPLY_CHUNK) a transaction, calling `on_chunk` with
+    each chunk's ids, until none is left. With a `slice_s`, the turn gives way after a chunk when another sender
+    waits for a turn or the slice is spent: it queues its next turn and stops.
+
+    So the apply queue holds one turn per sender with events waiting, and a flood from one token delays another
+    sender's event by about one chunk a turn ahead of it (docs/PERFORMANCE.md, "Fair applying"); the slice lets a
+    worker that also serves other queues (detection) take their tasks between a flood's chunks. Run in-process (the
+    embedded default, no slice) there is no queue to be fair in: the turn applies everything.
+    """
+    ApplyTurn.objects.filter(sender=sender).delete()  # from here on, a new batch of this sender queues a new turn
+    applied, started = 0, time.monotonic()
+    while ids := _apply_next(sender):
+        applied += len(ids)
+        on_chunk(ids)
+        if (
+            slice_s is not None
+            and len(ids) == APPLY_CHUNK  # a chunk short of full: most likely the last, so no turn to queue
+            and (time.monotonic() - started >= slice_s or ApplyTurn.objects.exclude(sender=sender).exists())
+        ):
+            apply_turn_take(sender=sender)
+            break
+    return applied
+
+
+def _apply_next(sender: int) -> list[int]:
+    """Apply the sender's oldest pending events (a chunk, rows other workers hold skipped); returns their ids."""
+    pending = Event.objects.filter(applied_at__isnull=True)
+    pending = pending.filter(token_id=sender) if sender else pending.filter(token__isnull=True)
+    ids: list[int] = []
+    try:
+        with transaction.atomic():
+            events = list(pending.select_for_update(skip_locked=True).order_by("id")[:APPLY_CHUNK])
+            ids = [event.pk for event in events]
+            if events:
+                _apply_selected(events)
+    except TRANSIENT:
+        raise
+    except Exception:
+        if not ids:
+            raise
+        _apply_isolating(ids)  # rolled back: the same events, halved down to the one that fails alone
+    return ids
 
 
 def events_apply(*, event_ids: list[int]) -> int:
@@ -217,30 +277,36 @@ def _apply_chunk(event_ids: list[int]) -> int:
         )
         if not events:
             return 0  # another worker got there first
-        Event.objects.filter(pk__in=[e.pk for e in events]).update(applied_at=timezone.now())
-        _lock_subjects(events)
-        lifecycle_runs: set[str] = set()
-        folded: dict[tuple, Event] = {}
-        xids: dict[tuple[str, int], _XidTally] = {}
-        for event in events:
-            if event.type in lifecycle.LIFECYCLE_TYPES:
-                lifecycle_runs.add(event.run_name)
-            elif event.type in FOLDED:
-                _fold(folded, event)
-            elif event.type == "gpu.xid":
-                xids.setdefault((event.node_name, event.data["gpu"]), _XidTally()).add(event)
-            else:
-                APPLIERS[event.type](event)
-        heartbeats = [event for event in folded.values() if event.type == "node.heartbeat"]
-        for event in folded.values():
-            if event.type != "node.heartbeat":
-                APPLIERS[event.type](event)
-        _apply_heartbeats(heartbeats)
-        for tally in xids.values():
-            _apply_xids(tally)
-        for name in sorted(lifecycle_runs):
-            run_lifecycle_rebuild(run=_run_locked(name))
+        _apply_selected(events)
     return len(events)
+
+
+def _apply_selected(events: list[Event]) -> None:
+    """Fold claimed events (their rows locked by the caller's transaction) into the record, in (time, id) order."""
+    events.sort(key=lambda event: (event.time, event.pk))
+    Event.objects.filter(pk__in=[e.pk for e in events]).update(applied_at=timezone.now())
+    _lock_subjects(events)
+    lifecycle_runs: set[str] = set()
+    folded: dict[tuple, Event] = {}
+    xids: dict[tuple[str, int], _XidTally] = {}
+    for event in events:
+        if event.type in lifecycle.LIFECYCLE_TYPES:
+            lifecycle_runs.add(event.run_name)
+        elif event.type in FOLDED:
+            _fold(folded, event)
+        elif event.type == "gpu.xid":
+            xids.setdefault((event.node_name, event.data["gpu"]), _XidTally()).add(event)
+        else:
+            APPLIERS[event.type](event)
+    heartbeats = [event for event in folded.values() if event.type == "node.heartbeat"]
+    for event in folded.values():
+        if event.type != "node.heartbeat":
+            APPLIERS[event.type](event)
+    _apply_heartbeats(heartbeats)
+    for tally in xids.values():
+        _apply_xids(tally)
+    for name in sorted(lifecycle_runs):
+        run_lifecycle_rebuild(run=_run_locked(name))
 
 
 # Readings where only the newest counts: of a chunk's events of one subject, only the newest can change the record

@@ -16,12 +16,25 @@ from runs.retention import events_prune
 log = logging.getLogger(__name__)
 
 
-@shared_task(name="runs.tasks.apply_events", **retry_transient())  # a dropped connection or a lock timeout
+@shared_task(name="runs.tasks.apply_turn", bind=True, **retry_transient())  # a dropped connection, a lock timeout
+def apply_turn(self, sender: int) -> int:
+    """A sender's turn (queued by the intake on commit): its events, a chunk at a time, each chunk then detected.
+    In-process (eager) there is no queue to give way in, so no slice."""
+    slice_s = None if self.request.is_eager else settings.EVENTS_APPLY_TURN_S
+    return services.turn_apply(sender=sender, on_chunk=_applied, slice_s=slice_s)
+
+
+@shared_task(name="runs.tasks.apply_events", **retry_transient())
 def apply_events(event_ids: list[int]) -> int:
+    """Named events (a replay, a benchmark's own batches); the intake queues turns instead."""
     applied = services.events_apply(event_ids=event_ids)
+    _applied(event_ids)
+    return applied
+
+
+def _applied(event_ids: list[int]) -> None:
     for hook in settings.EVENTS_APPLIED_HOOKS:
         _enqueue(import_string(hook), event_ids, what=hook)
-    return applied
 
 
 @shared_task(name="runs.tasks.apply_pending_events", acks_late=True)

@@ -13,6 +13,7 @@ Q = settings.CELERY_TASK_DEFAULT_QUEUE
 @pytest.mark.parametrize(
     ("task", "queue"),
     [
+        ("runs.tasks.apply_turn", f"{Q}-ingest"),
         ("runs.tasks.apply_events", f"{Q}-ingest"),
         ("runs.tasks.apply_pending_events", f"{Q}-ingest"),
         ("incidents.tasks.detect_events", f"{Q}-detection"),
@@ -104,6 +105,7 @@ def post_applied(writer):
 # Every task's name as queued messages, routes and the beat schedule know it. Pinned with name=, so moving a
 # task's module changes none of these; a task renamed or lost shows here.
 TASK_NAMES = {
+    "runs.tasks.apply_turn",
     "runs.tasks.apply_events",
     "runs.tasks.apply_pending_events",
     "runs.tasks.prune_events",

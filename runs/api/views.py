@@ -66,7 +66,7 @@ def events_create(request):
     if retry_after is not None:
         return _over_quota(retry_after)
     try:
-        result = services.events_ingest(events=events)
+        result = services.events_ingest(events=events, token=request.auth)
     except BaseException:
         quota_return(token=request.auth, count=len(events), now=now)
         raise

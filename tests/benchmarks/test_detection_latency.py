@@ -1,8 +1,8 @@
 """Detection latency: from an Xid 79 accepted by POST /api/v1/events (the 202) to its incident in
 GET /api/v1/incidents, through gunicorn with one real Celery worker on every queue; p50/p95 of 50 fresh nodes.
 
-The path measured: the intake commits and queues apply_events; the worker applies it, then queues detect_events
-(runs.tasks.apply_events), which opens the incident. The beat's detect_pending (every 60 s) is only the safety
+The path measured: the intake commits and queues its sender's turn (runs.tasks.apply_turn); the worker applies it,
+then queues detect_events, which opens the incident. The beat's detect_pending (every 60 s) is only the safety
 net, so it is not running here: a figure near 60 s would mean detection waits for it.
 """
 

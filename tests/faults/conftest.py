@@ -150,8 +150,8 @@ def _run_manage(args: list[str], **env: str) -> str:
     return done.stdout
 
 
-def make_private_token(database_url: str) -> str:
-    args = ["create_api_token", "fault-tests", "--scopes", "events:write,read", "--role", "scheduler"]
+def make_private_token(database_url: str, name: str = "fault-tests") -> str:
+    args = ["create_api_token", name, "--scopes", "events:write,read", "--role", "scheduler"]
     out = _run_manage(args, DATABASE_URL=database_url)
     return [line for line in out.split() if len(line) > 30][-1]
 

@@ -19,23 +19,24 @@ BATCH = "application/cloudevents-batch+json"
 
 @pytest.mark.reliability(
     "Redis restarted in the middle of a stream",
-    how="private Redis killed (SIGKILL, no persistence) while events are posted through gunicorn, then started "
-    "again empty on the same port",
-    outcome="every POST is 202 while Redis is down (the events are in PostgreSQL); exactly the events whose "
-    "apply task was lost stay unapplied until the apply_pending_events sweeper applies them; every event "
-    "stored once; the record equals a rebuild from the log",
+    how="private Redis killed (SIGKILL, no persistence) while events are posted through gunicorn by one sender, then "
+    "started again empty on the same port and the stream finished by a second sender",
+    outcome="every POST is 202 while Redis is down (the events are in PostgreSQL); the second sender's turns apply its "
+    "events, and exactly the first sender's lost ones stay unapplied until the apply_pending_events sweeper applies "
+    "them (a batch of the first sender would have: its turn takes its whole backlog); every event stored once; the "
+    "record equals a rebuild from the log",
 )
 def test_redis_restart_mid_stream_loses_no_event_and_applies_none_twice(private_postgres, private_redis, tmp_path):
     pg, url = private_postgres, private_postgres.url(private_postgres.database)
     events = stream()
     batches = [events[i : i + 250] for i in range(0, len(events), 250)]
     first, middle, last = batches[:6], batches[6:12], batches[12:]
-    token = make_private_token(url)
+    token, second = make_private_token(url), make_private_token(url, "fault-tests-2")
     env = app_env(url, private_redis.url)
     web, worker = Gunicorn(tmp_path, env), Worker(**env)
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": BATCH}
 
-    def post(batch):
+    def post(batch, token=token):
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": BATCH}
         answer = requests.post(web.url + "/api/v1/events", data=json.dumps(batch), headers=headers, timeout=60)
         assert answer.status_code == 202, answer.text[:500]
 
@@ -56,7 +57,7 @@ def test_redis_restart_mid_stream_loses_no_event_and_applies_none_twice(private_
             post(batch)
         private_redis.start()
         for batch in last:
-            post(batch)
+            post(batch, second)
 
         lost = {e["id"] for batch in middle for e in batch}
         wait_for(lambda: unapplied() == lost, timeout=180, what="the worker to apply the last batches", every=1)

@@ -32,7 +32,7 @@ def test_it_applies_a_batch_through_a_real_worker(writer, worker):
     assert response.status_code == 202, response.content
     wait_until_applied(len(batch))
     assert_failure_and_restart_record()
-    assert any("runs.tasks.apply_events" in line and "succeeded" in line for line in worker)
+    assert any("runs.tasks.apply_turn" in line and "succeeded" in line for line in worker)
 
     snapshot, events = record_snapshot(), Event.objects.count()
     again = post(writer, batch)
@@ -59,7 +59,7 @@ def test_it_applies_each_event_once_under_parallel_workers(postgres):
     events, problems = parse_events(batch, max_batch=1000)
     assert problems == []
     # Stored directly, without queueing a task: the threads below do the applying.
-    ids = sorted(_insert_orm([_event_row(e, timezone.now()) for e in events]).values())
+    ids = sorted(_insert_orm([_event_row(e, timezone.now(), None) for e in events]).values())
     applied, errors = [], []
 
     def apply(order):
@@ -104,7 +104,7 @@ def test_a_worker_quarantines_a_bad_event_and_goes_on(writer, worker):
     )
     events, problems = parse_events(failure_and_restart(), max_batch=1000)
     assert problems == []
-    rows = [_event_row(e, timezone.now()) for e in events]
+    rows = [_event_row(e, timezone.now(), None) for e in events]
     _insert_orm(rows)
     apply_events.delay(list(Event.objects.order_by("time", "id").values_list("pk", flat=True)))
     wait_until_applied(len(events) + 1)
