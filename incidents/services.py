@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from incidents.domain.detectors import Finding
@@ -121,14 +121,165 @@ def finding_record(
         return alert
 
 
-def _incident_for(*, finding: Finding, node: Node | None, run: Run | None, at: datetime) -> Incident:
-    """The open incident this finding belongs to, opened if there is none."""
-    run = run or (_run_on(node, at) if node else None)
-    _lock_grouping()
-    key = _group_key(node=node, run=run, at=at)
-    incident = Incident.objects.select_for_update().filter(group_key=key, status__in=Incident.OPEN).first()
+class _Grouping:
+    """What `_incident_for` reads, remembered for one transaction that holds the grouping lock (`findings_record`).
+
+    While the lock is held nobody else opens an incident, so an open incident read once stays the one to join, and
+    what this transaction opens or attributes it writes here too. Incidents are locked (FOR UPDATE) on first read, so
+    a concurrent resolve waits for the commit instead of racing the alerts being added."""
+
+    def __init__(self, nodes: list[Node], ats: list[datetime]):
+        self.window = timedelta(seconds=settings.INCIDENT_GROUP_WINDOW_S)
+        self.by_key: dict[str, Incident | None] = {}
+        self.of_run: dict[int, list[Incident]] = {}
+        self.links: set[tuple[int, int]] = set()  # (incident, node) pairs to add to Incident.nodes
+        self.attempts: dict[int, list[Attempt]] = {node.pk: [] for node in nodes}
+        if nodes and ats:
+            rows = (
+                Attempt.objects.filter(nodes__in=nodes, started_at__lte=max(ats))
+                .filter(Q(ended_at__isnull=True) | Q(ended_at__gte=min(ats) - self.window))
+                .select_related("run")
+                .annotate(node_pk=F("nodes__pk"))
+            )
+            for attempt in rows:
+                self.attempts[attempt.node_pk].append(attempt)
+
+    def run_on(self, node: Node, at: datetime) -> Run | None:
+        """_run_on, from the attempts read once for every node."""
+        live = [
+            a
+            for a in self.attempts.get(node.pk, [])
+            if a.started_at <= at and (a.ended_at is None or a.ended_at >= at - self.window)
+        ]
+        return max(live, key=lambda a: a.started_at).run if live else None
+
+    def open_incident(self, key: str) -> Incident | None:
+        if key not in self.by_key:
+            self.by_key[key] = (
+                Incident.objects.select_for_update().filter(group_key=key, status__in=Incident.OPEN).first()
+            )
+        return self.by_key[key]
+
+    def key(self, node: Node | None, run: Run | None, at: datetime) -> str:
+        """_group_key, with each open incident read once."""
+        if run is not None:
+            if run.pk not in self.of_run:
+                rows = Incident.objects.select_for_update().filter(run=run, status__in=Incident.OPEN)
+                self.of_run[run.pk] = list(rows)
+                self.by_key.update({i.group_key: i for i in self.of_run[run.pk]})  # one object per row, kept in step
+            current = max(
+                (
+                    i
+                    for i in self.of_run[run.pk]
+                    if i.started_at <= at + self.window
+                    and (i.mitigated_at is None or i.mitigated_at >= at - self.window)
+                ),
+                key=lambda i: i.started_at,
+                default=None,
+            )
+            return current.group_key if current is not None else f"run:{run.name}@{at:%Y-%m-%dT%H:%M:%S}"
+        return _group_key(node=node, run=None, at=at, open_incident=self.open_incident)
+
+    def opened(self, incident: Incident) -> None:
+        self.by_key[incident.group_key] = incident
+        if incident.run_id is not None and incident not in self.of_run.setdefault(incident.run_id, []):
+            self.of_run[incident.run_id].append(incident)
+
+    def flush_links(self) -> None:
+        """Write the nodes of the incidents so far: before a query that reads them (_adopt_unattributed), and last."""
+        through = Incident.nodes.through
+        rows = [through(incident_id=i, node_id=n) for i, n in sorted(self.links)]
+        through.objects.bulk_create(rows, ignore_conflicts=True)
+        self.links.clear()
+
+
+def findings_record(*, findings: list[tuple[Finding, datetime]], repeat_count: int = 0) -> list[Alert]:
+    """Many findings at once, in the caller's transaction, as `finding_record` would record them one by one with
+    refresh=False, but in queries that grow with the incidents touched, not the findings: the intake's Alertmanager
+    webhook of up to 1,000 alerts. A finding whose alert fires already counts `repeat_count` into it (a repeated
+    notification is not a new occurrence: 0); a new one counts 1. The caller refreshes the incidents touched."""
+    if not findings:
+        return []
+    _lock_grouping()  # first: from here no one else opens an alert, so the firing ones read next stay all there are
+    fingerprints = {finding.fingerprint for finding, _ in findings}
+    firing = {
+        a.fingerprint: a
+        for a in Alert.objects.select_for_update().filter(fingerprint__in=fingerprints, status="firing")
+    }
+    hostnames = {finding.node for finding, _ in findings if finding.node}
+    nodes = {node.hostname: node for node in Node.objects.filter(hostname__in=hostnames)}
+    runs = {run.name: run for run in Run.objects.filter(name__in={f.run for f, _ in findings if f.run})}
+    gpus = {(g.node_id, g.index): g for g in GPU.objects.filter(node__in=nodes.values())}
+    grouping = _Grouping(list(nodes.values()), [at for finding, at in findings if finding.fingerprint not in firing])
+    recorded, counted, entries = [], {}, []
+    for finding, at in findings:
+        alert = firing.get(finding.fingerprint)
+        if alert is not None:
+            alert.count += repeat_count
+            alert.last_seen_at, alert.first_seen_at = max(alert.last_seen_at, at), min(alert.first_seen_at, at)
+            counted[alert.pk] = alert
+            recorded.append(alert)
+            continue
+        node = nodes.get(finding.node) if finding.node else None
+        run = runs.get(finding.run) if finding.run else None
+        gpu = gpus.get((node.pk, finding.gpu)) if node is not None and finding.gpu is not None else None
+        incident = _incident_for(finding=finding, node=node, run=run, at=at, grouping=grouping)
+        alert = Alert.objects.create(
+            incident=incident,
+            fingerprint=finding.fingerprint,
+            kind=finding.kind,
+            severity=finding.severity,
+            summary=finding.summary[:500],
+            explanation=finding.explanation,
+            node=node,
+            gpu=gpu,
+            run=incident.run,
+            evidence=finding.evidence,
+            count=1,
+            first_seen_at=at,
+            last_seen_at=at,
+        )
+        firing[finding.fingerprint] = alert  # the same fingerprint again in this batch is a repeat of this one
+        if node is not None:
+            grouping.links.add((incident.pk, node.pk))
+        entries.append(
+            TimelineEntry(
+                incident=incident,
+                at=at,
+                actor_name=FLEETOPS.name,
+                kind="alert",
+                text=f"{finding.summary} — {finding.explanation}",
+                data={"fingerprint": finding.fingerprint, "severity": finding.severity},
+            )
+        )
+        recorded.append(alert)
+    Alert.objects.bulk_update(list(counted.values()), ["count", "last_seen_at", "first_seen_at"])
+    grouping.flush_links()
+    for entry in TimelineEntry.objects.bulk_create(entries):
+        notifications.notify(entry)
+    return recorded
+
+
+def _incident_for(
+    *, finding: Finding, node: Node | None, run: Run | None, at: datetime, grouping: "_Grouping | None" = None
+) -> Incident:
+    """The open incident this finding belongs to, opened if there is none. `grouping`: the reads remembered for a
+    batch of findings (findings_record), which holds the grouping lock already."""
+    if grouping is None:
+        run = run or (_run_on(node, at) if node else None)
+        _lock_grouping()
+        key = _group_key(node=node, run=run, at=at)
+        incident = Incident.objects.select_for_update().filter(group_key=key, status__in=Incident.OPEN).first()
+    else:
+        run = run or (grouping.run_on(node, at) if node else None)
+        key = grouping.key(node, run, at)
+        incident = grouping.open_incident(key)
     if incident is None and run is not None and node is not None:
+        if grouping is not None:
+            grouping.flush_links()
         incident = _adopt_unattributed(node=node, run=run, at=at)
+        if incident is not None and grouping is not None:
+            grouping.opened(incident)
     if incident is not None:
         if incident.started_at > at:
             incident.started_at = at
@@ -142,6 +293,8 @@ def _incident_for(*, finding: Finding, node: Node | None, run: Run | None, at: d
     except IntegrityError:
         return Incident.objects.select_for_update().get(group_key=key, status__in=Incident.OPEN)
     _entry(incident, kind="opened", text=f"Opened by the {finding.kind} detector: {finding.summary}")
+    if grouping is not None:
+        grouping.opened(incident)
     return incident
 
 
@@ -194,7 +347,7 @@ def _run_on(node: Node, at: datetime) -> Run | None:
     return attempt.run if attempt is not None else None
 
 
-def _group_key(*, node: Node | None, run: Run | None, at: datetime) -> str:
+def _group_key(*, node: Node | None, run: Run | None, at: datetime, open_incident=None) -> str:
     """run:<name>@<start> when a run is hit; else a burst in one switch or rack within the window; else the node."""
     window = timedelta(seconds=settings.INCIDENT_GROUP_WINDOW_S)
     if run is not None:
@@ -214,8 +367,12 @@ def _group_key(*, node: Node | None, run: Run | None, at: datetime) -> str:
         if not value:
             continue
         key = f"{place}:{value}"
-        open_incident = Incident.objects.filter(group_key=key, status__in=Incident.OPEN).first()
-        if open_incident is None or open_incident.detected_at >= at - window:
+        current = (
+            open_incident(key)
+            if open_incident is not None
+            else Incident.objects.filter(group_key=key, status__in=Incident.OPEN).first()
+        )
+        if current is None or current.detected_at >= at - window:
             return key
     return f"node:{node.hostname}"
 

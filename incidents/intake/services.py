@@ -20,34 +20,38 @@ class IntakeResult:
     resolved: list[str] = field(default_factory=list)
 
 
-def _record(finding: Finding, at: datetime, *, refresh: bool = True) -> Alert:
+def _record(finding: Finding, at: datetime) -> Alert:
     """finding_record, but a repeat notification of an alert that still fires is not a new occurrence."""
     again = Alert.objects.filter(fingerprint=finding.fingerprint, status="firing").exists()
-    return services.finding_record(finding=finding, at=at, count=0 if again else 1, refresh=refresh)
+    return services.finding_record(finding=finding, at=at, count=0 if again else 1)
 
 
 def alertmanager_apply(alerts: list[AmAlert], *, now: datetime | None = None) -> IntakeResult:
     """Each alert recorded or resolved, in one transaction (all or nothing: Alertmanager resends the whole group on
-    an error; and one commit, not one an alert); each incident they touch refreshed once at the end. So the cost is
-    linear in the alerts (a webhook carries up to 1,000, mostly for one incident)."""
+    an error; and one commit, not one an alert). The firing ones are recorded together (services.findings_record: a
+    repeat notification of an alert that still fires is not a new occurrence), and each incident touched is refreshed
+    once at the end, so the cost grows with the alerts, a query or two each (a webhook carries up to 1,000)."""
     now = now or timezone.now()
     result = IntakeResult()
-    touched: set[int] = set()
+    resolved = [alert for alert in alerts if alert.resolved(now)]
+    firing = [alert for alert in alerts if not alert.resolved(now)]
     with transaction.atomic():
-        for alert in alerts:
-            if alert.resolved(now):
-                firing = Alert.objects.filter(fingerprint=alert.fingerprint, status="firing")
-                touched |= set(firing.values_list("incident_id", flat=True))
-                services.alerts_resolve(
-                    at=min(alert.ends_at or now, now),
-                    reason="resolved in Alertmanager",
-                    fingerprint=alert.fingerprint,
-                    refresh=False,
-                )
-                result.resolved.append(alert.fingerprint)
-            else:
-                touched.add(_record(alert.finding(), at=min(alert.starts_at or now, now), refresh=False).incident_id)
-                result.firing.append(alert.fingerprint)
+        touched = set(
+            Alert.objects.filter(fingerprint__in=[a.fingerprint for a in resolved], status="firing").values_list(
+                "incident_id", flat=True
+            )
+        )
+        for alert in resolved:
+            services.alerts_resolve(
+                at=min(alert.ends_at or now, now),
+                reason="resolved in Alertmanager",
+                fingerprint=alert.fingerprint,
+                refresh=False,
+            )
+            result.resolved.append(alert.fingerprint)
+        findings = [(alert.finding(), min(alert.starts_at or now, now)) for alert in firing]
+        touched |= {recorded.incident_id for recorded in services.findings_record(findings=findings)}
+        result.firing = [alert.fingerprint for alert in firing]
         for incident in Incident.objects.filter(pk__in=touched).order_by("pk"):
             services.incident_refresh(incident=incident, at=now)
     return result

@@ -1,5 +1,6 @@
 """An Alertmanager webhook at its documented maximum: 1,000 firing alerts on 1,000 nodes of one rack, in one POST
-(issue 15: before, cost grew faster than the alerts and such a webhook ran past gunicorn's 30 s timeout).
+(issue 15: before, cost grew faster than the alerts and such a webhook ran past gunicorn's 30 s timeout; then it was
+linear at 17 ms an alert; now the webhook's findings are recorded together, a query or so each).
 
 Baseline, timed in the same run on the same nodes: 1,000 node.state events through POST /api/v1/events, applied,
 so the ratio says what turning an alert into an incident's alert costs beside recording a state change. Both run
@@ -83,4 +84,4 @@ def test_a_webhook_of_a_thousand_alerts():
         f"{large / base:.1f}x the baseline",
         f"{large / small:.1f}x the cost of {N // 4} alerts (linear: 4x); gunicorn's timeout {TIMEOUT_S:g} s",
     )
-    assert large < TIMEOUT_S and large / small < 5  # linear (4x for 4x the alerts), under the timeout
+    assert large < TIMEOUT_S / 10 and large / small < 5  # linear (4x for 4x the alerts), well under the timeout
