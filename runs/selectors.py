@@ -394,7 +394,8 @@ def run_advice_inputs_get(
     rate = fleet_failure_rate_get(now=now)
     measured_mtbf, mtbf_range = None, None
     if rate is not None and rate.failures and run.gpu_count:
-        measured_mtbf = advisor.job_mtbf_s(rate_per_gpu_hour=rate.rate, gpus=run.gpu_count)
+        # At least the advisor's resolution: 2^31 - 1 GPUs at a high fleet rate would fail more often than that.
+        measured_mtbf = max(advisor.job_mtbf_s(rate_per_gpu_hour=rate.rate, gpus=run.gpu_count), advisor.MIN_COST_S)
         mtbf_range = advisor.job_mtbf_range_s(estimate=rate, gpus=run.gpu_count)
     values = {
         "delta_s": delta_s if delta_s is not None else measured[0],

@@ -19,9 +19,11 @@ MAX_S = 1e9
 
 
 class CostsQuery(serializers.Serializer):
-    delta_s = serializers.FloatField(min_value=0.001, max_value=MAX_S, help_text="Blocking checkpoint cost, seconds.")
+    delta_s = serializers.FloatField(
+        min_value=advisor.MIN_COST_S, max_value=MAX_S, help_text="Blocking checkpoint cost, seconds."
+    )
     mtbf_s = serializers.FloatField(
-        min_value=0.001, max_value=MAX_S, help_text="Job mean time between failures, seconds."
+        min_value=advisor.MIN_COST_S, max_value=MAX_S, help_text="Job mean time between failures, seconds."
     )
     restart_s = serializers.FloatField(
         min_value=0, max_value=MAX_S, default=0.0, help_text="Detection + rescheduling + reload, s."
@@ -32,8 +34,8 @@ class CostsQuery(serializers.Serializer):
 
 
 class OverridesQuery(serializers.Serializer):
-    delta_s = serializers.FloatField(min_value=0.001, max_value=MAX_S, required=False)
-    mtbf_s = serializers.FloatField(min_value=0.001, max_value=MAX_S, required=False)
+    delta_s = serializers.FloatField(min_value=advisor.MIN_COST_S, max_value=MAX_S, required=False)
+    mtbf_s = serializers.FloatField(min_value=advisor.MIN_COST_S, max_value=MAX_S, required=False)
     restart_s = serializers.FloatField(min_value=0, max_value=MAX_S, required=False)
 
 

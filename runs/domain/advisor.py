@@ -145,8 +145,13 @@ class Advice:
 
 
 def advise(*, delta_s: float, mtbf_s: float, restart_s: float, current_s: float | None = None) -> Advice:
-    """Young, Daly, the waste at each (and at the current interval), the floor and the W(tau) curve."""
+    """Young, Daly, the waste at each (and at the current interval), the floor and the W(tau) curve.
+
+    delta_s and mtbf_s of at least MIN_COST_S: below it Young's interval can underflow to zero."""
     _require_positive(delta_s=delta_s, mtbf_s=mtbf_s)
+    for name, value in (("delta_s", delta_s), ("mtbf_s", mtbf_s)):
+        if value < MIN_COST_S:
+            raise ValueError(f"{name} must be at least {MIN_COST_S} s, got {value}")
     costs = {"delta_s": delta_s, "mtbf_s": mtbf_s, "restart_s": restart_s}
     young_s, daly_s = young(delta_s=delta_s, mtbf_s=mtbf_s), daly(delta_s=delta_s, mtbf_s=mtbf_s)
     return Advice(
@@ -280,8 +285,10 @@ def _gamma_fraction(a: float, x: float) -> float:
 
 
 def write_cost_s(blocking_s: Iterable[float | None], *, override: float | None = None) -> float | None:
-    """delta for the advisor: the override if given, else the median measured blocking time (None if none)."""
-    return _median_or(blocking_s, override=override)
+    """delta for the advisor: the override if given, else the median measured blocking time (None if none), at least
+    MIN_COST_S: a write that blocks for less costs less than any step, and the advisor counts it as that."""
+    median = _median_or(blocking_s, override=override)
+    return max(median, MIN_COST_S) if median is not None else None
 
 
 def restart_cost_s(restarts_s: Iterable[float | None], *, override: float | None = None) -> float | None:
@@ -289,11 +296,17 @@ def restart_cost_s(restarts_s: Iterable[float | None], *, override: float | None
     return _median_or(restarts_s, override=override)
 
 
+# The smallest checkpoint cost or MTBF the advisor works with, in seconds (the what-if API's lower bound too).
+MIN_COST_S = 1e-3
+
+
 def _median_or(values: Iterable[float | None], *, override: float | None) -> float | None:
-    # A median, not a mean: one restart that waited hours for manual triage should not set the policy.
+    # A median, not a mean: one restart that waited hours for manual triage should not set the policy. Only positive
+    # measurements count: a write that did not block (an asynchronous save) or a restart timed backwards (the clocks
+    # of two senders) says nothing about what a checkpoint or a restart costs, and would leave nothing to advise on.
     if override is not None:
         return override
-    known = [v for v in values if v is not None and not math.isnan(v)]
+    known = [v for v in values if v is not None and v > 0]  # NaN > 0 is False: it goes too
     return statistics.median(known) if known else None
 
 
