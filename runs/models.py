@@ -104,7 +104,10 @@ class Run(models.Model):
 
     name = models.CharField(max_length=200, unique=True)
     cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
+    # As counted in every GPU-hour figure: what run.started says (gpus_claimed), unless more than the run's nodes can
+    # hold (runs.domain.quality.gpus_counted), which the run's data-quality findings then say.
     gpu_count = models.PositiveIntegerField(default=0)
+    gpus_claimed = models.PositiveIntegerField(null=True, blank=True, help_text="The GPUs run.started says.")
     model_params = models.PositiveBigIntegerField(null=True, blank=True, help_text="Model size in parameters.")
     checkpoint_interval_s = models.FloatField(
         null=True, blank=True, help_text="Checkpoint policy: seconds between checkpoints."

@@ -25,7 +25,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from runs.domain import advisor, goodput, trust
+from runs.domain import advisor, goodput, quality, trust
 from runs.domain.cloudevents import CloudEvent
 from runs.models import Attempt, Checkpoint, Cluster, Event, EventRollup, Interruption, Node, Run
 
@@ -464,3 +464,46 @@ def event_clusters(events: list[CloudEvent]) -> tuple[dict[str, str], dict[str, 
     )
     runs.update(Run.objects.filter(name__in=run_names, cluster__isnull=False).values_list("name", "cluster__name"))
     return nodes, runs
+
+
+def run_quality_get(*, run: Run) -> list[quality.Finding]:
+    """The run's data-quality findings (runs.domain.quality): what in its events cannot all be true, and how it was
+    counted. One source for the run page and the goodput API; four small indexed queries."""
+    members = Attempt.nodes.through.objects.filter(attempt__run=run).values("attempt").annotate(n=Count("id"))
+    nodes = max((row["n"] for row in members), default=0)
+    events = Event.objects.filter(
+        run_name=run.name,
+        type__in=["run.started", "run.restored", "checkpoint.completed"],
+        applied_at__isnull=False,
+        quarantined_at=None,
+    ).order_by("time", "id")
+    started, restores, completed = None, [], {}
+    for source, event_id, type_, time, from_step, step in events.values_list(
+        "source", "event_id", "type", "time", "data__from_step", "data__step"
+    ):
+        ref = f"{source}#{event_id}"
+        if type_ == "run.started":
+            started = (time, ref)  # the latest start says the GPUs the run is counted with
+        elif type_ == "run.restored" and from_step is not None:
+            restores.append(quality.Restore(from_step=int(from_step), at=time, event=ref))
+        elif type_ == "checkpoint.completed" and step is not None:
+            completed.setdefault(int(step), ref)
+    writes = [
+        quality.CheckpointWrite(step, started_at, completed_at, durable_at, completed.get(step, ""))
+        for step, started_at, completed_at, durable_at in run.checkpoints.order_by().values_list(
+            "step", "started_at", "completed_at", "durable_at"
+        )
+    ]
+    return quality.run_findings(
+        claimed_gpus=run.gpus_claimed,
+        nodes=nodes,
+        started=started,
+        reached_step=run.last_step,
+        restores=restores,
+        checkpoints=writes,
+    )
+
+
+def runs_gpus_capped(runs) -> list[Run]:
+    """The runs that claim more GPUs than their nodes hold, each counted at what its nodes hold (the fleet's note)."""
+    return [run for run in runs if run.gpus_claimed is not None and run.gpus_claimed > run.gpu_count]

@@ -15,12 +15,12 @@ from datetime import datetime, timedelta
 import psycopg
 from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import Case, DateTimeField, F, Func, JSONField, Q, Value, When
+from django.db.models import Case, Count, DateTimeField, F, Func, JSONField, Q, Value, When
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from fleetops.celery import task_named
-from runs.domain import cloudevents, lifecycle
+from runs.domain import cloudevents, lifecycle, quality
 from runs.domain.cloudevents import CloudEvent, parse_time
 from runs.models import GPU, ApiToken, ApplyTurn, Attempt, Checkpoint, Cluster, Event, Interruption, Node, Run
 
@@ -584,15 +584,29 @@ def run_lifecycle_rebuild(*, run: Run) -> None:
     run.state, run.started_at, run.ended_at = derived.state, derived.started_at, derived.ended_at
     if "cluster" in settings:
         run.cluster = _cluster(settings["cluster"])
-    run.gpu_count = settings.get("gpus", run.gpu_count)
+    run.gpus_claimed = settings.get("gpus", run.gpus_claimed)
     run.model_params = settings.get("model_params", run.model_params)
     run.checkpoint_interval_s = settings.get("checkpoint_interval_s", run.checkpoint_interval_s)
     run.save()
 
     cluster_id = run.cluster_id if "cluster" in settings else None
     attempts = _sync_attempts(run, derived.attempts, pks, cluster_id)
+    _count_gpus(run)
     node_ids = _node_ids(sorted({i.node for i in derived.interruptions if i.node}), cluster_id)
     _sync_interruptions(run, derived.interruptions, attempts, node_ids)
+
+
+def _count_gpus(run: Run) -> None:
+    """The run's GPUs as counted: as claimed, unless more than its largest attempt's nodes hold (one query, only for
+    a claim above one node's worth)."""
+    counted = run.gpus_claimed if run.gpus_claimed is not None else run.gpu_count
+    if run.gpus_claimed is not None and run.gpus_claimed > quality.MAX_GPUS_PER_NODE:
+        members = Attempt.nodes.through.objects.filter(attempt__run=run).values("attempt").annotate(n=Count("id"))
+        nodes = max((row["n"] for row in members), default=0)
+        counted = quality.gpus_counted(run.gpus_claimed, nodes)
+    if counted != run.gpu_count:
+        run.gpu_count = counted
+        Run.objects.filter(pk=run.pk).update(gpu_count=counted)
 
 
 class _WithoutNodes(Func):

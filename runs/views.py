@@ -12,6 +12,7 @@ from django.views.decorators.http import require_POST
 
 from fleetops.roles import is_admin
 from runs import charts, selectors, services
+from runs.domain import quality
 from runs.forms import WindowForm
 from runs.models import Event
 
@@ -30,6 +31,8 @@ def fleet(request):
         "daily_figure": charts.daily_goodput(report.daily),
         "runs_figure": charts.goodput_by_run([(run.name, b) for run, b in report.by_run]),
         "causes_figure": charts.lost_by_cause(report.lost_by_cause),
+        "gpus_capped": selectors.runs_gpus_capped(run for run, _ in report.by_run),
+        "max_gpus_per_node": quality.MAX_GPUS_PER_NODE,
     }
     return render(request, "runs/fleet.html", context)
 

@@ -2,6 +2,7 @@
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, status
 from rest_framework.decorators import (
@@ -17,9 +18,10 @@ from incidents import services
 from incidents.domain import intake as domain_intake
 from incidents.intake import services as intake
 from runs.api.auth import EventsWriteScope, token_authenticate
-from runs.api.base import InvalidEvents
+from runs.api.base import InvalidEvents, over_quota
 from runs.api.serializers import ErrorSerializer
 from runs.models import ApiToken
+from runs.quotas import quota_return, quota_take
 
 
 class IntakeJSONParser(StrictJSONParser):
@@ -34,7 +36,11 @@ class InvalidPayload(InvalidEvents):
 
 @extend_schema(
     request=dict,
-    responses={200: dict, 400: OpenApiResponse(ErrorSerializer, description="errors: [{index, field, reason}]")},
+    responses={
+        200: dict,
+        400: OpenApiResponse(ErrorSerializer, description="errors: [{index, field, reason}]"),
+        429: OpenApiResponse(ErrorSerializer, description="the token's quota is spent: Retry-After"),
+    },
     summary="Prometheus Alertmanager webhook receiver (payload version 4)",
     description=(
         "Point an Alertmanager webhook_config here with `http_config.authorization.credentials` set to a token "
@@ -49,8 +55,16 @@ def alertmanager_webhook(request):
     alerts, problems = domain_intake.alertmanager_parse(request.data, max_alerts=settings.INTAKE_MAX_ALERTS)
     if problems:
         raise InvalidPayload(problems)
-    with transaction.atomic():
-        result = intake.alertmanager_apply(alerts)
+    now = timezone.now()
+    retry_after = quota_take(token=request.auth, count=len(alerts), now=now)
+    if retry_after is not None:
+        return over_quota(retry_after, what="webhook")  # Alertmanager retries a 429 with backoff
+    try:
+        with transaction.atomic():
+            result = intake.alertmanager_apply(alerts)
+    except BaseException:
+        quota_return(token=request.auth, count=len(alerts), now=now)
+        raise
     return Response({"firing": len(result.firing), "resolved": len(result.resolved)}, status=status.HTTP_200_OK)
 
 
@@ -64,7 +78,7 @@ def _pd_error(code: int, message: str, errors: list[str], state: str = "invalid 
 
 @extend_schema(
     request=dict,
-    responses={202: dict, 400: dict, 401: dict, 403: dict},
+    responses={202: dict, 400: dict, 401: dict, 403: dict, 429: dict},
     summary="PagerDuty Events API v2 compatible enqueue",
     description=(
         "routing_key is a FleetOps API token with events:write, so an emitter written for PagerDuty only needs "
@@ -91,8 +105,18 @@ def pagerduty_enqueue(request):
         return _pd_error(401, "Invalid routing key", [f"routing_key: {refusal}"], "unauthorized")
     if not token.has_scope(ApiToken.Scope.EVENTS_WRITE):
         return _pd_error(403, "Forbidden", ["this token lacks the 'events:write' scope"], "forbidden")
-    with transaction.atomic():
-        intake.pagerduty_apply(event, actor=services.Actor.of_token(token))
+    now = timezone.now()
+    retry_after = quota_take(token=token, count=1, now=now)
+    if retry_after is not None:
+        response = _pd_error(429, "Too many events", ["this routing_key's quota is spent; retry later"], "throttled")
+        response["Retry-After"] = str(int(retry_after))
+        return response
+    try:
+        with transaction.atomic():
+            intake.pagerduty_apply(event, actor=services.Actor.of_token(token))
+    except BaseException:
+        quota_return(token=token, count=1, now=now)
+        raise
     return Response(
         {"status": "success", "message": "Event processed", "dedup_key": event.dedup_key},
         status=status.HTTP_202_ACCEPTED,

@@ -1,8 +1,10 @@
 """API plumbing that settings point at: pagination and the error shape. Imports no views."""
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from rest_framework import exceptions, status
 from rest_framework.pagination import PageNumberPagination
+from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from fleetops.jsonparse import PayloadTooLarge  # the 413, beside the parser that raises it too
@@ -30,6 +32,15 @@ class EventsOutOfBounds(InvalidEvents):
 
     status_code = status.HTTP_403_FORBIDDEN
     what = "outside this token's bounds"
+
+
+def over_quota(retry_after: float, *, what: str) -> Response:
+    """429 with Retry-After: the token sent its EVENTS_QUOTA_PER_WINDOW for this window (runs/quotas.py)."""
+    limit, window = settings.EVENTS_QUOTA_PER_WINDOW, settings.EVENTS_QUOTA_WINDOW_S
+    reason = f"this token may send {limit:,} events every {window:g} s (an alert counts as one); "
+    reason += f"nothing of this {what} was stored"
+    body = {"detail": "Quota exceeded; retry later.", "errors": [{"field": "", "reason": reason}]}
+    return Response(body, status=status.HTTP_429_TOO_MANY_REQUESTS, headers={"Retry-After": str(int(retry_after))})
 
 
 def exception_handler(exc, context):

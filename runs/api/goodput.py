@@ -99,7 +99,12 @@ def run_goodput(request, name):
     report = selectors.run_goodput_get(
         run=run, since=window.given.get("since"), until=window.given.get("until"), now=now
     )
-    return Response({"run": run.name, "gpus": run.gpu_count, **report_json(report)})
+    quality = [
+        {"code": f.code, "what": f.what, "at": f.at, "events": list(f.events), "resolution": f.resolution}
+        for f in selectors.run_quality_get(run=run)
+    ]
+    body = {"run": run.name, "gpus": run.gpu_count, "gpus_claimed": run.gpus_claimed, **report_json(report)}
+    return Response({**body, "data_quality": quality})
 
 
 @extend_schema(parameters=[WindowQuery], responses=dict, summary="Fleet goodput, weighted by GPU-hours")
@@ -110,7 +115,10 @@ def fleet_goodput(request):
     report = selectors.fleet_goodput_get(since=window.since, until=window.until, now=now)
     body = report_json(report)
     body["gpu_hours"] = report.total.gpu_hours()
-    body["runs"] = [{"run": run.name, "gpus": run.gpu_count, **breakdown_json(b)} for run, b in report.by_run]
+    body["runs"] = [
+        {"run": run.name, "gpus": run.gpu_count, "gpus_claimed": run.gpus_claimed, **breakdown_json(b)}
+        for run, b in report.by_run
+    ]
     body["lost_gpu_hours_by_cause"] = report.lost_by_cause
     return Response(body)
 

@@ -14,7 +14,7 @@ from fleetops.jsonparse import StrictJSONParser
 from runs import selectors, services
 from runs.api import serializers as s
 from runs.api.auth import EventsWriteScope
-from runs.api.base import EventsOutOfBounds, InvalidEvents
+from runs.api.base import EventsOutOfBounds, InvalidEvents, over_quota
 from runs.domain import trust
 from runs.domain.cloudevents import parse_events
 from runs.models import Node, Run
@@ -64,7 +64,7 @@ def events_create(request):
     now = timezone.now()
     retry_after = quota_take(token=request.auth, count=len(events), now=now)
     if retry_after is not None:
-        return _over_quota(retry_after)
+        return over_quota(retry_after, what="events")
     try:
         result = services.events_ingest(events=events, token=request.auth)
     except BaseException:
@@ -74,13 +74,6 @@ def events_create(request):
     items += [{"id": e.id, "source": e.source, "status": "duplicate"} for e in result.duplicates]
     body = {"accepted": len(result.accepted), "duplicates": len(result.duplicates), "events": items}
     return Response(body, status=status.HTTP_202_ACCEPTED if result.accepted else status.HTTP_200_OK)
-
-
-def _over_quota(retry_after: float) -> Response:
-    limit, window = settings.EVENTS_QUOTA_PER_WINDOW, settings.EVENTS_QUOTA_WINDOW_S
-    reason = f"this token may send {limit:,} events every {window:g} s; nothing of this batch was stored"
-    body = {"detail": "Quota exceeded; retry later.", "errors": [{"field": "", "reason": reason}]}
-    return Response(body, status=status.HTTP_429_TOO_MANY_REQUESTS, headers={"Retry-After": str(int(retry_after))})
 
 
 class RunFilter(django_filters.FilterSet):

@@ -92,3 +92,23 @@ def test_every_moment_of_a_window_gives_the_same_start():
     assert window_of(datetime(2026, 3, 1, 12, 0, 7, 300000, tzinfo=UTC), 2.5) == datetime(
         2026, 3, 1, 12, 0, 5, tzinfo=UTC
     )
+
+
+def test_the_alert_intakes_count_against_the_same_quota(db, quota):
+    token = make_token("alertmanager", ["events:write"])
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Bearer " + token)
+    alert = {"status": "firing", "labels": {"alertname": "Xid79", "node": "n1"}, "startsAt": "2026-03-01T12:00:00Z"}
+    webhook = {"version": "4", "status": "firing", "alerts": [{**alert, "fingerprint": f"f{i}"} for i in range(25)]}
+    pagerduty = {
+        "routing_key": token, "event_action": "trigger", "dedup_key": "disk-n2",
+        "payload": {"summary": "disk full on n2", "source": "n2", "severity": "warning"},
+    }  # fmt: skip
+    with time_machine.travel(T, tick=False):
+        assert client.post("/api/v1/intake/alertmanager", webhook, format="json").status_code == 200
+        again = client.post("/api/v1/intake/alertmanager", webhook, format="json")
+        assert again.status_code == 429 and again["Retry-After"] == "9"
+        for _ in range(5):
+            assert APIClient().post("/api/v1/intake/pagerduty/v2/enqueue", pagerduty, format="json").status_code == 202
+        refused = APIClient().post("/api/v1/intake/pagerduty/v2/enqueue", pagerduty, format="json")
+        assert refused.status_code == 429 and refused.json()["status"] == "throttled" and refused["Retry-After"] == "9"

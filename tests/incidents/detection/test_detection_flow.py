@@ -42,7 +42,8 @@ def test_the_restart_mitigates_the_incident(post):
 
 
 def test_the_watchdog_finds_a_hang_without_any_failure_event(post, django_capture_on_commit_callbacks):
-    steps = [event("run.started", at(0), "s", run="h1", cluster="c1", gpus=512, nodes=["h-1"], job_id="9")]
+    nodes = [f"h-{i}" for i in range(1, 65)]  # 8 GPUs a node
+    steps = [event("run.started", at(0), "s", run="h1", cluster="c1", gpus=512, nodes=nodes, job_id="9")]
     steps += [event("run.step", at(minute), f"h-{minute}", run="h1", step=minute) for minute in range(1, 31)]
     post(steps)
     assert detection.hangs_detect(now=at(35)) == 0  # 5 minutes of silence is under the 10-minute floor

@@ -292,9 +292,9 @@ def _queries_to_post(writer, n: int) -> int:
     "An Alertmanager webhook with its documented maximum of 1,000 alerts on 1,000 nodes",
     how="posted to the webhook: the database queries counted at 50, 100 and 200 alerts, and the incident refreshes "
     "(each reads every firing alert of its incident); make bench times 1,000",
-    outcome="one incident with every alert; each further alert costs the same queries at every size and the incident "
+    outcome="one incident with every alert; each further alert costs about one query at every size and the incident "
     "is refreshed once a webhook, so the cost is linear in the alerts (before: refreshed once an alert, n^2/2 alert "
-    "rows read, 3.1 s at 200 nodes)",
+    "rows read, 3.1 s at 200 nodes; then 13 queries an alert)",
 )
 def test_the_cost_of_a_webhook_is_linear_in_its_alerts(writer, monkeypatch):
     from incidents import services
@@ -309,4 +309,6 @@ def test_the_cost_of_a_webhook_is_linear_in_its_alerts(writer, monkeypatch):
         assert Incident.objects.get(group_key=f"rack:r{n}").alerts.count() == n
         assert len(refreshes) == 1
     first, second = (counts[100] - counts[50]) / 50, (counts[200] - counts[100]) / 100
-    assert abs(first - second) <= 0.05, counts  # a query or two of difference in all, none growing with n
+    # One INSERT an alert, and the bulk writes' batches (SQLite binds at most 999 values a statement): about one
+    # query a further alert at every size, never more (before findings_record: 13).
+    assert 0.9 <= first <= 1.1 and 0.9 <= second <= 1.1, counts

@@ -1,0 +1,109 @@
+"""Data-quality findings: values the intake admits that cannot all be true of a run, said beside the figures they
+touch instead of swallowed (docs/DOMAIN.md section 7). Each finding says what, when, which events, and how FleetOps
+counted it.
+
+Pure: no Django import. The selector (runs.selectors.run_quality_get) gathers the facts from the record.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+# The most GPUs one node holds (a DGX-2 or HGX-2 board: 16; most hold 8). A run said to have more GPUs than its nodes
+# can hold is counted at this many a node, so one bad run.started cannot inflate the fleet's GPU-hours.
+MAX_GPUS_PER_NODE = 16
+# A checkpoint said to be durable this long after its write finished (or before the write began) is not believed.
+DURABLE_LAG_MAX = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str  # gpus_beyond_nodes, restore_beyond_steps, durable_time_implausible
+    what: str  # in words, with the figures
+    at: datetime | None  # when it happened, as the events say
+    events: tuple[str, ...]  # "source#id" of the events it rests on
+    resolution: str  # how FleetOps counted it
+
+
+@dataclass(frozen=True)
+class Restore:
+    from_step: int
+    at: datetime
+    event: str
+
+
+@dataclass(frozen=True)
+class CheckpointWrite:
+    step: int
+    started_at: datetime | None
+    completed_at: datetime | None
+    durable_at: datetime | None
+    event: str
+
+
+def gpus_counted(claimed: int, nodes: int) -> int:
+    """The GPUs a run is counted with: as claimed, unless more than its nodes can hold (nodes known)."""
+    return min(claimed, MAX_GPUS_PER_NODE * nodes) if nodes > 0 else claimed
+
+
+def run_findings(
+    *,
+    claimed_gpus: int | None,
+    nodes: int,
+    started: tuple[datetime, str] | None,
+    reached_step: int | None,
+    restores: list[Restore],
+    checkpoints: list[CheckpointWrite],
+) -> list[Finding]:
+    """Every finding of one run, in time order (those without a time last)."""
+    findings = []
+    if claimed_gpus is not None and gpus_counted(claimed_gpus, nodes) < claimed_gpus:
+        counted = gpus_counted(claimed_gpus, nodes)
+        findings.append(
+            Finding(
+                "gpus_beyond_nodes",
+                f"run.started says {claimed_gpus:,} GPUs on {nodes:,} node{'s' if nodes != 1 else ''}",
+                started[0] if started else None,
+                (started[1],) if started else (),
+                f"counted as {counted:,} GPUs ({MAX_GPUS_PER_NODE} a node) in every GPU-hour figure",
+            )
+        )
+    steps = [s for s in [reached_step, *(c.step for c in checkpoints)] if s is not None]
+    reached = max(steps, default=None)
+    for restore in restores:
+        if reached is None or restore.from_step > reached:
+            findings.append(
+                Finding(
+                    "restore_beyond_steps",
+                    f"run.restored from step {restore.from_step:,}, "
+                    + (f"but the run reached step {reached:,}" if reached is not None else "but no step is known"),
+                    restore.at,
+                    (restore.event,),
+                    "no checkpoint is known at that step: the work since the run started or last trained again is "
+                    "counted as rewound",
+                )
+            )
+    for write in checkpoints:
+        finished = write.completed_at or write.started_at
+        if write.durable_at is None or finished is None:
+            continue
+        lag = write.durable_at - finished
+        if lag > DURABLE_LAG_MAX or (write.started_at is not None and write.durable_at < write.started_at):
+            findings.append(
+                Finding(
+                    "durable_time_implausible",
+                    f"checkpoint at step {write.step:,} durable at {write.durable_at:%Y-%m-%d %H:%M} UTC, "
+                    f"{_span(lag)} {'after' if lag >= timedelta(0) else 'before'} its write",
+                    write.completed_at or write.started_at,
+                    (write.event,),
+                    "kept as sent; goodput counts the write's blocking time only, which it does not change",
+                )
+            )
+    return sorted(findings, key=lambda f: (f.at is None, f.at or datetime.min, f.code))
+
+
+def _span(delta: timedelta) -> str:
+    seconds = abs(delta.total_seconds())
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= size:
+            return f"{seconds / size:,.0f} {unit}"
+    return f"{seconds:,.0f} seconds"

@@ -1,0 +1,82 @@
+"""Absurd values are not swallowed (issue 15): what the intake admits but cannot all be true of a run is a data-quality
+finding beside the figures it touches (the run page, the goodput APIs, the fleet page), with its events and how it
+was counted; and a GPU count beyond what the run's nodes hold cannot inflate the fleet's GPU-hours."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from runs.domain import quality
+from runs.models import Run
+from tests.stories import at, event, failure_and_restart
+
+INT_MAX = 2**31 - 1
+
+
+def absurd_run() -> list[dict]:
+    """Two nodes said to hold 2^31 - 1 GPUs; trained to step 40; fails; restored from step 10^12; a checkpoint
+    durable in 2099."""
+    return [
+        event("run.started", at(0), "a-1", run="ab", cluster="c1", gpus=INT_MAX, nodes=["n1", "n2"], job_id="1"),
+        event("run.step", at(30), "a-2", run="ab", step=40),
+        event(
+            "checkpoint.completed", at(20), "a-3", run="ab", step=30, blocking_s=10, bytes=1, tier="durable",
+            durable_at="2099-12-31T00:00:00Z",
+        ),
+        event("run.failed", at(40), "a-4", run="ab", reason="Xid 79", node="n2", detected_at=at(41).isoformat()),
+        event("run.started", at(50), "a-5", run="ab", cluster="c1", gpus=INT_MAX, nodes=["n1", "n3"], job_id="2"),
+        event("run.restored", at(55), "a-6", run="ab", from_step=10**12),
+    ]  # fmt: skip
+
+
+@pytest.mark.reliability(
+    "Absurd values the intake admits: 2^31 - 1 GPUs on two nodes, a restore from step 10^12 on a run at step 40, a "
+    "checkpoint durable in 2099",
+    how="one run's events through POST /api/v1/events; the run page, its goodput API, the fleet page and API",
+    outcome="each a data-quality finding with its event, time and how it was counted, on the run page and in the "
+    "API; the run counted at 32 GPUs (16 a node) everywhere, the fleet page says so (before: accepted without a "
+    "word, and the fleet's GPU-hours inflated by 2^31)",
+)
+def test_absurd_values_are_findings_beside_the_figures(post, admin_client, reader):
+    post(absurd_run())
+    run = Run.objects.get(name="ab")
+    assert (run.gpus_claimed, run.gpu_count) == (INT_MAX, 32)
+    body = reader.get("/api/v1/runs/ab/goodput").json()
+    assert (body["gpus"], body["gpus_claimed"]) == (32, INT_MAX)
+    found = {f["code"]: f for f in body["data_quality"]}
+    assert set(found) == {"gpus_beyond_nodes", "restore_beyond_steps", "durable_time_implausible"}
+    assert found["gpus_beyond_nodes"]["events"] == ["slurm://test-cluster#a-5"]  # the latest start sets the count
+    assert "counted as 32 GPUs" in found["gpus_beyond_nodes"]["resolution"]
+    assert found["restore_beyond_steps"]["events"] == ["slurm://test-cluster#a-6"]
+    assert "from step 1,000,000,000,000, but the run reached step 40" in found["restore_beyond_steps"]["what"]
+    assert "74 years after its write" in found["durable_time_implausible"]["what"]
+    page = admin_client.get("/runs/ab").content.decode()
+    assert 'id="data-quality"' in page and "Data quality: 3 findings" in page and "claimed 2,147,483,647" in page
+    fleet = reader.get("/api/v1/fleet/goodput").json()
+    assert [(r["gpus"], r["gpus_claimed"]) for r in fleet["runs"]] == [(32, INT_MAX)]
+    assert fleet["gpu_hours"]["wall_clock"] == pytest.approx(30 * 24 * 32)  # still going: 30 days on 32 GPUs, not 2^31
+    fleet_page = admin_client.get("/fleet").content.decode()
+    assert "1 run claims more GPUs than its nodes hold, counted at 16 a node" in fleet_page
+
+
+def test_a_clean_run_has_no_findings(post, admin_client, reader):
+    post(failure_and_restart())
+    assert reader.get("/api/v1/runs/r1/goodput").json()["data_quality"] == []
+    assert 'id="data-quality"' not in admin_client.get("/runs/r1").content.decode()
+
+
+T = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def test_the_rules_in_the_domain():
+    assert quality.gpus_counted(64, 8) == 64 and quality.gpus_counted(200, 8) == 128 and quality.gpus_counted(5, 0) == 5
+    write = quality.CheckpointWrite(7, T, T + timedelta(seconds=30), T - timedelta(seconds=1), "s#c")
+    (early,) = quality.run_findings(
+        claimed_gpus=16, nodes=2, started=None, reached_step=7, restores=[], checkpoints=[write]
+    )
+    assert early.code == "durable_time_implausible" and "before its write" in early.what
+    fine = quality.CheckpointWrite(7, T, T + timedelta(seconds=30), T + timedelta(hours=2), "s#c")
+    restore = quality.Restore(7, T + timedelta(hours=1), "s#r")
+    assert not quality.run_findings(
+        claimed_gpus=16, nodes=2, started=None, reached_step=None, restores=[restore], checkpoints=[fine]
+    )
