@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runs.domain.taxonomy import Cause
+from runs.domain.taxonomy import Cause, cause_named
 
 SPECVERSION = "1.0"
 NODE_STATES = ("in_service", "suspect", "cordoned", "draining", "in_repair", "burn_in", "hot_spare", "retired")
@@ -132,6 +132,20 @@ class Choice:
         return value
 
 
+@dataclass(frozen=True)
+class CauseName(Choice):
+    """A cause of Llama 3's Table 5 by its slug or as the paper prints it (case, spaces, "+" and "/" forgiven),
+    kept as the slug (the parser stores what it returns)."""
+
+    stores_its_value = True
+
+    def __call__(self, value: Any) -> str:
+        cause = cause_named(value) if isinstance(value, str) else None
+        if cause is None:
+            raise _Invalid(f"must be one of: {', '.join(self.choices)} (or its label, as in 'Faulty GPU')")
+        return cause.value
+
+
 _str = Text()
 _name = Name()
 
@@ -226,7 +240,7 @@ SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
         "node": (_name, False),
         "gpu": (_gpu, False),
         "xid": (Int(0, INT_MAX), False),
-        "category": (_choice(_CAUSES), False),
+        "category": (CauseName(_CAUSES), False),
         "detected_at": (parse_sane_time, False),
         "planned": (_bool, False),
         "kind": (_choice(INTERRUPTION_KINDS), False),
@@ -352,9 +366,12 @@ def parse_event(raw: Any, index: int = 0) -> tuple[CloudEvent | None, list[Probl
                 cleaned.pop(name, None)
                 continue
             try:
-                check(data[name])
+                value = check(data[name])
             except _Invalid as exc:
                 problems.append(Problem(index, f"data.{name}", exc.reason))
+                continue
+            if getattr(check, "stores_its_value", False):  # the value is kept as sent, but for a cause's label
+                cleaned[name] = value
         data = cleaned
     if problems:
         return None, problems

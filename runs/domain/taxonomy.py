@@ -4,6 +4,7 @@ Pure data: no Django import. `Cause.value` is what the event API accepts as `cat
 record stores; `group` is the broader category the paper uses for its shares.
 """
 
+import re
 from enum import StrEnum
 
 
@@ -82,6 +83,21 @@ XID_CAUSE: dict[int, Cause] = {
     120: Cause.GPU_SYSTEM_PROCESSOR,
     140: Cause.GPU_HBM3,
 }
+
+
+def _key(text: str) -> str:
+    """Case, spaces and punctuation forgiven: "Network switch/cable", "network_switch_cable" and "GPU thermal
+    interface + sensor" all come down to their letters and digits, joined by "_"."""
+    return "_".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+# Each cause under its slug and under the label Llama 3's Table 5 prints.
+_BY_KEY = {_key(name): cause for cause, (label, _group, _count) in CAUSES.items() for name in (cause.value, label)}
+
+
+def cause_named(text: str) -> Cause | None:
+    """The cause a sender names, by its slug or its published label ("Faulty GPU"); None if it names none."""
+    return _BY_KEY.get(_key(text))
 
 
 def cause_label(cause: str) -> str:

@@ -76,6 +76,33 @@ def test_it_checks_categories_against_the_llama3_taxonomy():
     assert problems(raw) == []
 
 
+@pytest.mark.parametrize(
+    ("sent", "kept"),
+    [
+        ("Faulty GPU", "faulty_gpu"),
+        ("faulty gpu", "faulty_gpu"),
+        ("GPU HBM3 memory", "gpu_hbm3"),
+        ("Network switch/cable", "network_switch_cable"),
+        ("GPU thermal interface + sensor", "gpu_thermal"),
+        ("NCCL watchdog timeouts", "nccl_watchdog"),
+        ("  Silent Data Corruption ", "silent_data_corruption"),
+        ("gpu-sram", "gpu_sram"),
+    ],
+)
+def test_a_category_may_be_named_as_llama3_prints_it_and_is_kept_as_its_slug(sent, kept):
+    (event,), found = parse_events(
+        [good(type="run.failed", data={"run": "r1", "reason": "x", "category": sent})], max_batch=1
+    )
+    assert found == [] and event.data["category"] == kept
+
+
+def test_an_unknown_category_names_the_choices():
+    (reason,) = [
+        r for f, r in problems(good(type="run.failed", data={"run": "r1", "reason": "x", "category": "Gremlins"}))
+    ]
+    assert "faulty_gpu" in reason and "or its label, as in 'Faulty GPU'" in reason
+
+
 def test_it_keeps_unknown_data_fields_as_sent():
     event, _ = parse_event(good(data={"run": "r1", "step": 5, "loss": 2.5}))
     assert event.data == {"run": "r1", "step": 5, "loss": 2.5}
