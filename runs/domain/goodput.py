@@ -355,6 +355,15 @@ def _labelled(
     spans: list[Span] = []
     previous_end = started
     count = len(interruptions)
+    # A run that failed again before it trained again resumes, in the end, from the checkpoint of the restore that
+    # finally succeeded: each interruption not resumed before the next fault takes that later restore's step.
+    resumed_from: list[int | None] = [None] * count
+    for owner in range(count - 1, -1, -1):
+        span = interruptions[owner]
+        if span.resumed_at is not None or span.resumed_from_step is not None or owner + 1 == count:
+            resumed_from[owner] = span.resumed_from_step
+        else:
+            resumed_from[owner] = resumed_from[owner + 1]
     for owner, span in enumerate(interruptions):
         fault = faults[owner]
         # A stage still open ends where the run does, or at the next fault: a failure during reload starts
@@ -380,7 +389,8 @@ def _labelled(
             covered = down_until == detected
         if not covered:
             spans.append((fault, down_until, _OTHER, owner))
-        spans.append((_rewound_from(span, fault, written, max(previous_end, started)), fault, _REWOUND, owner))
+        rewound = _rewound_from(resumed_from[owner], fault, written, max(previous_end, started))
+        spans.append((rewound, fault, _REWOUND, owner))
         previous_end = resumed if resumed is not None else open_end
     clipped = []
     for start, end, rank, owner in spans:
@@ -390,15 +400,16 @@ def _labelled(
     return clipped
 
 
-def _rewound_from(span: InterruptionSpan, fault: int, written: dict[int, list[int]], fallback: int) -> int:
-    """Where the work lost by this fault began: the end of the blocking part of the checkpoint it resumed from.
+def _rewound_from(step: int | None, fault: int, written: dict[int, list[int]], fallback: int) -> int:
+    """Where the work lost by this fault began: the end of the blocking part of the checkpoint it resumed from
+    (`step`: its own restore's, or that of the restore that finally succeeded after a failure during its reload).
 
     Only a checkpoint whose blocking ended by the fault counts. Without one (not resumed yet, or the step is
     unknown) all training since the run started or the previous interruption ended is taken as lost.
     """
-    if span.resumed_from_step is None:
+    if step is None:
         return fallback
-    return max((end for end in written.get(span.resumed_from_step, ()) if end <= fault), default=fallback)
+    return max((end for end in written.get(step, ()) if end <= fault), default=fallback)
 
 
 def _resolve(spans: list[Span]) -> list[Span]:

@@ -116,6 +116,29 @@ def test_it_splits_the_failure_and_restart_scenario_into_stages():
     assert b.interruptions == 1
 
 
+def test_a_second_failure_during_the_reload_of_the_first_rewinds_to_the_restore_that_succeeds():
+    # Issue 16, case 1: a two-hour run, a durable checkpoint at step 30 written 00:30:00-00:30:30; fault at 01:00
+    # (noticed at once), running again 01:05; a second fault 01:08 during the reload, running 01:12, training again
+    # from step 30 at 01:15. By hand, in minutes: rescheduling 5 + 4 = 9; reload 3 (01:05-01:08, cut by the second
+    # fault) + 3 = 6; rewound 00:30:30-01:00 = 29.5 (the second fault rewinds nothing new: no training since);
+    # checkpoint 0.5; productive 30 + 45 = 75 of 120: goodput 0.625.
+    run = RunTimeline(
+        started_at=at(0),
+        ended_at=at(120),
+        gpus=8,
+        interruptions=(restart(60, 60, 65, None), restart(68, 68, 72, 75, step=30)),
+        checkpoints=(CheckpointSpan(step=30, started_at=at(30), blocking_s=30),),
+    )
+    b = whole(run)
+    minutes = {stage: getattr(b, f"{stage}_s") / 60 for stage in STAGES}
+    assert minutes == {
+        "detection": 0, "rescheduling": 9, "reload": 6, "other": 0, "rewound": 29.5, "checkpoint": 0.5,
+    }  # fmt: skip
+    assert b.productive_s == 75 * 60 and b.goodput == 0.625  # the engine said 0.375: the first hour all rewound
+    first, second = interruption_costs(run, now=FAR)
+    assert (first.rewound_min, second.rewound_min) == (29.5, 0)
+
+
 def test_it_counts_a_stage_split_by_the_window_in_part():
     first = breakdown(SCENARIO, since=at(0), until=at(50), now=FAR)
     second = breakdown(SCENARIO, since=at(50), until=at(120), now=FAR)
