@@ -164,8 +164,11 @@ def _interruption(number: int, event: LifecycleEvent, attempt: Attempt | None) -
 
 
 def _merge_report(interruption: Interruption, event: LifecycleEvent) -> None:
-    """Fill what the first report lacked; the first report's time stays the fault time."""
+    """Fill what the first report lacked; the first report's time (the earliest) stays the fault time, and the
+    earliest detection of any report is when the fault was noticed: the node agent may see the fault first and the
+    scheduler notice it first."""
     extra = _interruption(interruption.number, event, None)
+    interruption.detected_at = max(min(interruption.detected_at, extra.detected_at), interruption.fault_at)
     for name in ("node", "gpu", "xid"):
         if getattr(interruption, name) is None:
             setattr(interruption, name, getattr(extra, name))

@@ -57,6 +57,22 @@ def test_a_second_report_of_the_same_fault_merges_into_one_interruption():
     )
 
 
+def test_two_reporters_of_one_fault_give_the_earliest_fault_and_the_earliest_detection():
+    # Issue 16, case 3: the agent saw the fault at 01:00:00 and reported it at 01:02; the scheduler saw it at
+    # 01:00:30 and noticed it at 01:00:40. The fault is the agent's, the detection the scheduler's: 40 s, not 120 s.
+    def report(seconds, detected_s, id_):
+        detected = (T0 + timedelta(seconds=detected_s)).isoformat()
+        return LifecycleEvent(
+            T0 + timedelta(seconds=seconds), "run.failed", {"reason": "boom", "detected_at": detected}, id_, id_
+        )
+
+    reports = [report(3600, 3720, "agent"), report(3630, 3640, "sched")]
+    for order in (reports, reports[::-1]):
+        result = derive([started(0, "1"), *order, started(65, "2")])
+        (i,) = result.interruptions
+        assert (i.fault_at, i.detected_at) == (T0 + timedelta(seconds=3600), T0 + timedelta(seconds=3640))
+
+
 def test_a_start_without_a_failure_supersedes_the_open_attempt():
     result = derive([started(0, "1"), started(30, "2")])
     assert [(a.end_reason, a.ended_at) for a in result.attempts] == [
