@@ -163,12 +163,15 @@ def celery_workers(n: int = 1, queues: str = "") -> Iterator[list]:
 
 
 def purge_queues() -> None:
-    """Drop every task waiting in the FleetOps queues of REDIS_URL (ours: a Redis db of the benchmark's own)."""
+    """Drop every task waiting in the FleetOps queues of REDIS_URL (ours: a Redis db of the benchmark's own), and the
+    apply turns they held (runs.ApplyTurn), so that the next batch of each sender queues a turn again at once."""
     from fleetops.celery import app
+    from runs.models import ApplyTurn
 
     with app.connection_for_write() as conn:
         for queue in settings.FLEETOPS_QUEUES:
             conn.default_channel.queue_purge(queue)
+    ApplyTurn.objects.all().delete()
 
 
 class Client:

@@ -37,7 +37,8 @@ def test_an_xid_storm_and_a_failure_open_one_incident_through_the_worker(writer,
 def test_the_watchdog_finds_a_hang_through_the_worker(writer, worker):
     now = datetime.now(UTC).replace(microsecond=0)
     start = now - timedelta(minutes=60)
-    events = [event("run.started", start, "h-start", run="h1", cluster="c1", gpus=2048, nodes=["h-1"], job_id="7")]
+    nodes = [f"h-{i}" for i in range(256)]  # 8 GPUs a node
+    events = [event("run.started", start, "h-start", run="h1", cluster="c1", gpus=2048, nodes=nodes, job_id="7")]
     events += [
         event("run.step", start + timedelta(minutes=m), f"h-{m}", run="h1", step=m) for m in range(1, 41)
     ]  # the last step 20 minutes ago: more than the 10-minute floor
