@@ -404,12 +404,19 @@ def _rewound_from(step: int | None, fault: int, written: dict[int, list[int]], f
     """Where the work lost by this fault began: the end of the blocking part of the checkpoint it resumed from
     (`step`: its own restore's, or that of the restore that finally succeeded after a failure during its reload).
 
-    Only a checkpoint whose blocking ended by the fault counts. Without one (not resumed yet, or the step is
-    unknown) all training since the run started or the previous interruption ended is taken as lost.
+    Only a checkpoint whose blocking ended by the fault counts. A restore whose own checkpoint is not known so (its
+    checkpoint.completed lost, or stamped after the fault) still says the run kept every step up to its own: the
+    latest write of an earlier step that ended by the fault bounds the loss, and so does `fallback` (the run's
+    start, or where the previous interruption ended: a checkpoint it resumed from again was written after that).
+    Not resumed yet: all training since `fallback` is taken as lost.
     """
     if step is None:
         return fallback
-    return max((end for end in written.get(step, ()) if end <= fault), default=fallback)
+    own = max((end for end in written.get(step, ()) if end <= fault), default=None)
+    if own is not None:
+        return own
+    earlier = (end for kept, ends in written.items() if kept < step for end in ends if end <= fault)
+    return max(fallback, max(earlier, default=fallback))
 
 
 def _resolve(spans: list[Span]) -> list[Span]:

@@ -139,6 +139,31 @@ def test_a_second_failure_during_the_reload_of_the_first_rewinds_to_the_restore_
     assert (first.rewound_min, second.rewound_min) == (29.5, 0)
 
 
+def test_a_restore_whose_own_checkpoint_is_not_known_rewinds_to_the_latest_earlier_one():
+    # Issue 16, case 2: checkpoints at steps 30 and 60 written at 00:30 and 01:00 (30 s each); a fault at 01:20,
+    # running again 01:25, training from step 70 at 01:30, but step 70's checkpoint.completed never arrived. The run
+    # kept every step up to 70, so at most the work since step 60's write (01:00:30) is lost: 19.5 min, not the
+    # 80 min since the run started. The same when step 70's write is stamped after the fault (a fast clock).
+    for extra in ((), (CheckpointSpan(step=70, started_at=at(85), blocking_s=30),)):
+        run = RunTimeline(
+            started_at=at(0),
+            ended_at=at(120),
+            gpus=8,
+            interruptions=(restart(80, 80, 85, 90, step=70),),
+            checkpoints=(CheckpointSpan(30, at(30), 30), CheckpointSpan(60, at(60), 30), *extra),
+        )
+        (cost,) = interruption_costs(run, now=FAR)
+        assert cost.rewound_min == 19.5
+    # Restoring from an earlier step again: never before where the previous interruption ended.
+    again = RunTimeline(
+        started_at=at(0),
+        ended_at=at(200),
+        interruptions=(restart(50, 50, 55, 60, step=30), restart(100, 100, 105, 110, step=45)),
+        checkpoints=(CheckpointSpan(30, at(30), 30),),
+    )
+    assert interruption_costs(again, now=FAR)[1].rewound_min == 100 - 60
+
+
 def test_it_counts_a_stage_split_by_the_window_in_part():
     first = breakdown(SCENARIO, since=at(0), until=at(50), now=FAR)
     second = breakdown(SCENARIO, since=at(50), until=at(120), now=FAR)
