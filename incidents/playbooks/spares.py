@@ -22,14 +22,35 @@ class SparePool:
     repair_hours: float
     repair_measured: bool  # from the cluster's own repairs, or the default
     target: float
+    window_days: float  # the failures counted: those of the last window_days before `now`
 
     @property
     def short(self) -> bool:
         return self.spares < self.needed
 
 
-def spare_pools_get(*, now: datetime, window_days: int = 30, target: float = 0.01) -> dict[int, SparePool]:
-    """Per cluster: hot spares now against what its failure rate and repair time call for.
+def fleet_spares(pools: dict[int, SparePool]) -> dict:
+    """The fleet's line of the clusters' pools (spares serve their own cluster, so the needs add up): the weekly
+    report's figure, from the same pools the overview shows a cluster at a time."""
+    values = list(pools.values())
+    needed, hot = sum(p.needed for p in values), sum(p.spares for p in values)
+    return {
+        "failures_per_hour": sum(p.failures_per_hour for p in values),
+        "repair_hours": max((p.repair_hours for p in values), default=settings.REPAIR_HOURS_DEFAULT),
+        "repair_measured": bool(values) and all(p.repair_measured for p in values),
+        "target": values[0].target if values else SPARE_TARGET,
+        "window_days": values[0].window_days if values else 0,
+        "needed": needed,
+        "hot_spares": hot,
+        "sufficient": hot >= needed,
+    }
+
+
+SPARE_TARGET = 0.01  # P(more failures within a repair window than spares) a pool must stay under
+
+
+def spare_pools_get(*, now: datetime, window_days: float = 30, target: float = SPARE_TARGET) -> dict[int, SparePool]:
+    """Per cluster: hot spares now against what its failure rate (over the window) and repair time call for.
 
     The same few queries however many clusters. The repair times, read from every node's node.state history, are
     kept in the cache for SPARE_REPAIR_CACHE_S: a median of repairs that take days moves by hours, not seconds,
@@ -51,7 +72,7 @@ def spare_pools_get(*, now: datetime, window_days: int = 30, target: float = 0.0
         rate = failures.get(cluster_id, 0) / hours
         needed = spares_needed(failures_per_hour=rate, repair_hours=repair_hours, target=target)
         pools[cluster_id] = SparePool(
-            cluster_id, spares.get(cluster_id, 0), needed, rate, repair_hours, bool(measured), target
+            cluster_id, spares.get(cluster_id, 0), needed, rate, repair_hours, bool(measured), target, window_days
         )
     return pools
 

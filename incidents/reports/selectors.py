@@ -9,16 +9,15 @@ from dataclasses import asdict
 from datetime import datetime
 
 from django.apps import apps
-from django.conf import settings
 from django.core.exceptions import FieldDoesNotExist
 from django.db.models import Q
 
-from incidents.domain.playbooks import spares_needed
 from incidents.domain.report import cause_shares, is_off_hours, top
 from incidents.models import Alert, Incident
+from incidents.playbooks.spares import fleet_spares, spare_pools_get
 from incidents.selectors import response_metrics_get
 from runs.domain import advisor, goodput
-from runs.models import Interruption, Node
+from runs.models import Interruption
 from runs.selectors import fleet_goodput_get, run_advice_inputs_get
 
 FINDING_KINDS = ("lemon", "straggler", "sdc")
@@ -83,7 +82,8 @@ def report_build(*, since: datetime, until: datetime, now: datetime) -> dict:
         "top_racks": [{"rack": rack, "interruptions": n} for rack, n in top(Counter(row[4] for row in unplanned))],
         "findings": _findings(since=since, until=until),
         "runs": [_run_row(run, b, now=now) for run, b in fleet.by_run],
-        "spares": _spares(failures=len(unplanned), hours=(until - since).total_seconds() / 3600),
+        # The overview's per-cluster pools over the report's week, added up (one source: incidents.playbooks.spares).
+        "spares": fleet_spares(spare_pools_get(now=until, window_days=(until - since).total_seconds() / 86400)),
         "action_items": _open_action_items(),
     }
 
@@ -159,23 +159,6 @@ def _run_row(run, b: goodput.Breakdown, *, now: datetime) -> dict:
         saved_gpu_h=(at_advised - at_current) * row["wall_clock_gpu_h"],
     )
     return row
-
-
-def _spares(*, failures: int, hours: float) -> dict:
-    """Hot spares now against the pool the window's failure rate needs over one repair window (Poisson)."""
-    repair_hours = getattr(settings, "SPARE_REPAIR_HOURS", 48.0)
-    target = getattr(settings, "SPARE_TARGET", 0.01)
-    per_hour = failures / hours if hours > 0 else 0.0
-    needed = spares_needed(failures_per_hour=per_hour, repair_hours=repair_hours, target=target)
-    hot = Node.objects.filter(state="hot_spare").count()
-    return {
-        "failures_per_hour": per_hour,
-        "repair_hours": repair_hours,
-        "target": target,
-        "needed": needed,
-        "hot_spares": hot,
-        "sufficient": hot >= needed,
-    }
 
 
 def _open_action_items() -> list[dict] | None:
