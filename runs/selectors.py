@@ -473,11 +473,11 @@ def run_quality_get(*, run: Run) -> list[quality.Finding]:
     nodes = max((row["n"] for row in members), default=0)
     events = Event.objects.filter(
         run_name=run.name,
-        type__in=["run.started", "run.restored", "checkpoint.completed"],
+        type__in=["run.started", "run.restored", "run.failed", "checkpoint.completed"],
         applied_at__isnull=False,
         quarantined_at=None,
     ).order_by("time", "id")
-    started, restores, completed = None, [], {}
+    started, restores, completed, failures = None, [], {}, []
     for source, event_id, type_, time, from_step, step in events.values_list(
         "source", "event_id", "type", "time", "data__from_step", "data__step"
     ):
@@ -488,12 +488,23 @@ def run_quality_get(*, run: Run) -> list[quality.Finding]:
             restores.append(quality.Restore(from_step=int(from_step), at=time, event=ref))
         elif type_ == "checkpoint.completed" and step is not None:
             completed.setdefault(int(step), ref)
+        elif type_ == "run.failed":
+            failures.append((time, ref))
     writes = [
-        quality.CheckpointWrite(step, started_at, completed_at, durable_at, completed.get(step, ""))
-        for step, started_at, completed_at, durable_at in run.checkpoints.order_by().values_list(
-            "step", "started_at", "completed_at", "durable_at"
+        quality.CheckpointWrite(
+            step,
+            started_at,
+            completed_at,
+            durable_at,
+            completed.get(step, ""),
+            started_at + timedelta(seconds=max(blocking_s or 0.0, 0.0)) if started_at is not None else None,
+        )
+        for step, started_at, completed_at, durable_at, blocking_s in run.checkpoints.order_by().values_list(
+            "step", "started_at", "completed_at", "durable_at", "blocking_s"
         )
     ]
+    stops = _stops_with_reports(run, failures)
+    reached = max([s for s in [run.last_step, *(w.step for w in writes)] if s is not None], default=None)
     return quality.run_findings(
         claimed_gpus=run.gpus_claimed,
         nodes=nodes,
@@ -501,7 +512,25 @@ def run_quality_get(*, run: Run) -> list[quality.Finding]:
         reached_step=run.last_step,
         restores=restores,
         checkpoints=writes,
+    ) + quality.stop_findings(stops, writes, reached_step=reached)
+
+
+def _stops_with_reports(run: Run, failures: list[tuple[datetime, str]]) -> list[quality.Stop]:
+    """The run's interruptions, each with the run.failed reports that fall between its fault and its restart (or
+    the next fault)."""
+    rows = list(
+        run.interruptions.order_by("fault_at").values_list(
+            "number", "fault_at", "running_at", "resumed_at", "resumed_from_step"
+        )
     )
+    stops = []
+    for index, (number, fault_at, running_at, resumed_at, from_step) in enumerate(rows):
+        next_fault = rows[index + 1][1] if index + 1 < len(rows) else None
+        ends = [t for t in (running_at, next_fault) if t is not None and t >= fault_at]
+        until = min(ends) if ends else None
+        reports = tuple((time, ref) for time, ref in failures if time >= fault_at and (until is None or time < until))
+        stops.append(quality.Stop(number, fault_at, running_at, resumed_at, from_step, reports))
+    return stops
 
 
 def runs_gpus_capped(runs) -> list[Run]:

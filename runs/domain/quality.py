@@ -38,6 +38,19 @@ class CheckpointWrite:
     completed_at: datetime | None
     durable_at: datetime | None
     event: str
+    blocked_until: datetime | None = None  # the end of its blocking part: what a restore may rewind to
+
+
+@dataclass(frozen=True)
+class Stop:
+    """One interruption of the record, and the run.failed reports (time, "source#id") that fall in its downtime."""
+
+    number: int
+    fault_at: datetime
+    running_at: datetime | None
+    resumed_at: datetime | None
+    resumed_from_step: int | None
+    reports: tuple[tuple[datetime, str], ...] = ()
 
 
 def gpus_counted(claimed: int, nodes: int) -> int:
@@ -99,6 +112,55 @@ def run_findings(
                 )
             )
     return sorted(findings, key=lambda f: (f.at is None, f.at or datetime.min, f.code))
+
+
+def stop_findings(stops: list[Stop], checkpoints: list[CheckpointWrite], *, reached_step: int | None) -> list[Finding]:
+    """What the goodput engine resolved in a run's interruptions (docs/DOMAIN.md section 2), said: several reports of
+    one fault, a failure before the run trained again, a restore whose own checkpoint is not known by the fault (one
+    from beyond every step the run reached is run_findings' restore_beyond_steps already)."""
+    findings = []
+    stops = sorted(stops, key=lambda stop: stop.fault_at)
+    for index, stop in enumerate(stops):
+        refs = tuple(ref for _, ref in stop.reports)
+        if len(stop.reports) > 1:
+            findings.append(
+                Finding(
+                    "several_reports",
+                    f"interruption #{stop.number} reported {len(stop.reports)} times",
+                    stop.fault_at,
+                    refs,
+                    "one interruption: the earliest fault and the earliest detection of any report",
+                )
+            )
+        following = stops[index + 1] if index + 1 < len(stops) else None
+        if following is not None and stop.resumed_at is None:
+            findings.append(
+                Finding(
+                    "failed_before_training_again",
+                    f"interruption #{following.number} began before the run trained again after #{stop.number}",
+                    following.fault_at,
+                    refs + tuple(ref for _, ref in following.reports),
+                    f"#{stop.number}'s reload ends at the second fault; both rewind to the restore that finally "
+                    "succeeded",
+                )
+            )
+        step = stop.resumed_from_step
+        beyond = reached_step is None or step is None or step > reached_step
+        if not beyond and not any(
+            w.step == step and w.blocked_until is not None and w.blocked_until <= stop.fault_at for w in checkpoints
+        ):
+            findings.append(
+                Finding(
+                    "restore_checkpoint_unknown",
+                    f"interruption #{stop.number} resumed from step {step:,}, whose checkpoint is not known to have "
+                    "been written by the fault",
+                    stop.resumed_at or stop.fault_at,
+                    refs,
+                    "rewound from the latest earlier checkpoint written by the fault (the run kept every step up to "
+                    "its own), never before the previous interruption ended",
+                )
+            )
+    return findings
 
 
 def _span(delta: timedelta) -> str:

@@ -80,3 +80,26 @@ def test_the_rules_in_the_domain():
     assert not quality.run_findings(
         claimed_gpus=16, nodes=2, started=None, reached_step=None, restores=[restore], checkpoints=[fine]
     )
+
+
+def test_what_the_engine_resolved_in_the_interruptions_is_said_with_its_events(post, reader):
+    """Issue 16: two reporters of one fault, a failure during the reload, a restore from a step whose
+    checkpoint.completed never arrived — each listed with the run.failed events it rests on."""
+    events = [event("run.started", at(0), "s1", run="m", cluster="c1", gpus=16, nodes=["n1", "n2"], job_id="1")]
+    events += [event("run.step", at(m), f"st-{m}", run="m", step=m) for m in range(1, 81)]
+    events += [
+        event("checkpoint.completed", at(30), "c30", run="m", step=30, blocking_s=30, bytes=1, tier="durable"),
+        event("checkpoint.completed", at(60), "c60", run="m", step=60, blocking_s=30, bytes=1, tier="durable"),
+        event("run.failed", at(80), "agent", source="agent://n2", run="m", reason="X", detected_at=at(82).isoformat()),
+        event("run.failed", at(80, 30), "sched", run="m", reason="node down", detected_at=at(80, 40).isoformat()),
+        event("run.started", at(85), "s2", run="m", cluster="c1", gpus=16, nodes=["n1", "n3"], job_id="2"),
+        event("run.failed", at(88), "again", run="m", reason="NCCL timeout"),
+        event("run.started", at(92), "s3", run="m", cluster="c1", gpus=16, nodes=["n1", "n4"], job_id="3"),
+        event("run.restored", at(95), "r", run="m", from_step=70),
+    ]  # fmt: skip
+    post(events)
+    found = {f["code"]: f for f in reader.get("/api/v1/runs/m/goodput").json()["data_quality"]}
+    assert set(found) == {"several_reports", "failed_before_training_again", "restore_checkpoint_unknown"}
+    assert found["several_reports"]["events"] == ["agent://n2#agent", "slurm://test-cluster#sched"]
+    assert found["failed_before_training_again"]["events"][-1] == "slurm://test-cluster#again"
+    assert "resumed from step 70" in found["restore_checkpoint_unknown"]["what"]
