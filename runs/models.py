@@ -152,6 +152,13 @@ class Attempt(models.Model):
     def __str__(self):
         return f"{self.run.name} #{self.number}"
 
+    @staticmethod
+    def latest_node_count(run) -> int:
+        """How many nodes the run's latest attempt holds (0 with no attempt): one indexed query, whatever the
+        run's history (counting every attempt's nodes of a 2,048-node run with 477 restarts read a million rows)."""
+        latest = run.attempts.order_by("-number").values("pk")[:1]
+        return Attempt.nodes.through.objects.filter(attempt_id=models.Subquery(latest)).count()
+
 
 class Interruption(models.Model):
     """A stop of a run: fault, detection, running again, training again (four timestamps, UTC)."""

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 import psycopg
 from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import Case, Count, DateTimeField, F, Func, JSONField, Q, Value, When
+from django.db.models import Case, DateTimeField, F, Func, JSONField, Q, Value, When
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
@@ -597,13 +597,11 @@ def run_lifecycle_rebuild(*, run: Run) -> None:
 
 
 def _count_gpus(run: Run) -> None:
-    """The run's GPUs as counted: as claimed, unless more than its largest attempt's nodes hold (one query, only for
-    a claim above one node's worth)."""
+    """The run's GPUs as counted: as claimed (by its latest run.started), unless more than its latest attempt's nodes
+    hold (one indexed count, only for a claim above one node's worth)."""
     counted = run.gpus_claimed if run.gpus_claimed is not None else run.gpu_count
     if run.gpus_claimed is not None and run.gpus_claimed > quality.MAX_GPUS_PER_NODE:
-        members = Attempt.nodes.through.objects.filter(attempt__run=run).values("attempt").annotate(n=Count("id"))
-        nodes = max((row["n"] for row in members), default=0)
-        counted = quality.gpus_counted(run.gpus_claimed, nodes)
+        counted = quality.gpus_counted(run.gpus_claimed, Attempt.latest_node_count(run))
     if counted != run.gpu_count:
         run.gpu_count = counted
         Run.objects.filter(pk=run.pk).update(gpu_count=counted)

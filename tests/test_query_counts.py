@@ -27,7 +27,7 @@ BASE = (timezone.now() - timedelta(days=2)).replace(minute=0, second=0, microsec
 PAGE_CAPS = {
     "overview": 28,  # 25: the spare pools 6 of them, however many clusters
     "fleet": 8,  # 6
-    "run": 22,  # 19 (4 of them its data-quality findings)
+    "run": 25,  # 22 (6 of them its data-quality findings)
     "node": 11,  # 9
     "board": 10,  # 9: the page's rows; the counts of all pages
     "incident": 16,  # 14
@@ -47,7 +47,7 @@ API_CAPS = {
     "node": 6,  # 5
     "incidents": 12,  # 10
     "incident": 12,  # 10
-    "run-goodput": 10,  # 9: 5, and 4 for its data-quality findings (nodes, events, checkpoints, interruptions)
+    "run-goodput": 13,  # 11: 5, and 6 for its data-quality findings (starts, restores, failures, checkpoints)
     "run-advice": 8,  # 7
     "fleet-goodput": 6,  # 5
 }

@@ -120,6 +120,10 @@ def stop_findings(stops: list[Stop], checkpoints: list[CheckpointWrite], *, reac
     from beyond every step the run reached is run_findings' restore_beyond_steps already)."""
     findings = []
     stops = sorted(stops, key=lambda stop: stop.fault_at)
+    written: dict[int, list[datetime]] = {}
+    for write in checkpoints:
+        if write.blocked_until is not None:
+            written.setdefault(write.step, []).append(write.blocked_until)
     for index, stop in enumerate(stops):
         refs = tuple(ref for _, ref in stop.reports)
         if len(stop.reports) > 1:
@@ -146,9 +150,7 @@ def stop_findings(stops: list[Stop], checkpoints: list[CheckpointWrite], *, reac
             )
         step = stop.resumed_from_step
         beyond = reached_step is None or step is None or step > reached_step
-        if not beyond and not any(
-            w.step == step and w.blocked_until is not None and w.blocked_until <= stop.fault_at for w in checkpoints
-        ):
+        if not beyond and not any(until <= stop.fault_at for until in written.get(step, ())):
             findings.append(
                 Finding(
                     "restore_checkpoint_unknown",
