@@ -468,20 +468,27 @@ def event_clusters(events: list[CloudEvent]) -> tuple[dict[str, str], dict[str, 
     return nodes, runs
 
 
-def run_quality_get(*, run: Run) -> list[quality.Finding]:
+_QUALITY_EVENTS = ["run.started", "run.restored", "run.failed"]
+
+
+def run_quality_get(*, run: Run, version: str | None = None) -> list[quality.Finding]:
     """The run's data-quality findings (runs.domain.quality): what in its events cannot all be true, and how it was
     counted. One source for the run page and the goodput API. Indexed reads of what the findings can rest on only:
     the starts, restores and failures, the interruptions, and of the checkpoints only those a restore names or whose
     durable time is past the rule's lag (a 54-day run has thousands; reading them all cost more than the page).
-    Not cached under the run's record version: a second report of a fault or a new claim of GPUs may leave the
-    record's rows as they were and still be a finding (35 ms on the 54-day run)."""
-    nodes = Attempt.latest_node_count(run)
+
+    With the run's record `version` (run_record_version) they are cached under it and what the record's rows do not
+    hold: the claimed GPUs, the last step, and the count and last id of the run's applied starts, restores and
+    failures (a second report of a fault leaves the rows as they were, and is still a finding)."""
     events = Event.objects.filter(
-        run_name=run.name,
-        type__in=["run.started", "run.restored", "run.failed"],
-        applied_at__isnull=False,
-        quarantined_at=None,
-    ).order_by("time", "id")
+        run_name=run.name, type__in=_QUALITY_EVENTS, applied_at__isnull=False, quarantined_at=None
+    )
+    if version is not None:
+        seen = events.order_by().aggregate(n=Count("id"), last=Max("id"))
+        key = hashlib.sha256(repr((version, run.gpus_claimed, run.last_step, seen)).encode()).hexdigest()
+        return cache.get_or_set(f"fleetops:run:quality:{key}", lambda: run_quality_get(run=run), RECORD_CACHE_S)
+    nodes = Attempt.latest_node_count(run)
+    events = events.order_by("time", "id")
     started, restores, failures = None, [], []
     for source, event_id, type_, time, from_step in events.values_list(
         "source", "event_id", "type", "time", "data__from_step"

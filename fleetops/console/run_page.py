@@ -33,7 +33,7 @@ def run_detail(request, name):
         # A long run has hundreds of interruptions: the latest few unless all are asked for (rendering 477 rows
         # was most of the page's time on the 54-day run).
         **_goodput_context(run, now, limit=limit, version=version),
-        "quality": selectors.run_quality_get(run=run),
+        "quality": selectors.run_quality_get(run=run, version=version),
         **_advisor_context(run, now, form=None, version=version),
     }
     return render(request, "runs/run_detail.html", context)

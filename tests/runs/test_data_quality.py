@@ -103,3 +103,23 @@ def test_what_the_engine_resolved_in_the_interruptions_is_said_with_its_events(p
     assert found["several_reports"]["events"] == ["agent://n2#agent", "slurm://test-cluster#sched"]
     assert found["failed_before_training_again"]["events"][-1] == "slurm://test-cluster#again"
     assert "resumed from step 70" in found["restore_checkpoint_unknown"]["what"]
+
+
+def test_the_run_page_says_a_new_finding_at_once_though_the_record_rows_stay_the_same(post, admin_client):
+    # On PostgreSQL the findings are cached under the run's record version; a second report of a fault changes no
+    # row of the record (its detection is later than the first's), and must still show on the next load.
+    post(
+        [
+            event("run.started", at(0), "s1", run="q", cluster="c1", gpus=16, nodes=["n1", "n2"], job_id="1"),
+            event("run.failed", at(10), "f1", run="q", reason="Xid 79", detected_at=at(11).isoformat()),
+        ]
+    )
+    assert "reported 2 times" not in admin_client.get("/runs/q").content.decode()
+    post(
+        [
+            event(
+                "run.failed", at(10, 30), "f2", source="agent://n2", run="q", reason="x", detected_at=at(12).isoformat()
+            )
+        ]
+    )
+    assert "interruption #1 reported 2 times" in admin_client.get("/runs/q").content.decode()
