@@ -545,6 +545,13 @@ def run_quality_get(*, run: Run, version: str | None = None) -> list[quality.Fin
     ) + quality.stop_findings(stops, writes, reached_step=reached)
 
 
+def findings_in(findings: list[quality.Finding], *, since: datetime | None, until: datetime | None) -> list:
+    """The findings of a window: those dated in [since, until), and those without a date (they hold all along)."""
+    return [
+        f for f in findings if f.at is None or ((since is None or f.at >= since) and (until is None or f.at < until))
+    ]
+
+
 def _stops_with_reports(run: Run, failures: list[tuple[datetime, str]]) -> list[quality.Stop]:
     """The run's interruptions, each with the run.failed reports that fall between its fault and its restart (or
     the next fault)."""

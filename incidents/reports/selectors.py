@@ -18,7 +18,7 @@ from incidents.playbooks.spares import fleet_spares, spare_pools_get
 from incidents.selectors import response_metrics_get
 from runs.domain import advisor, goodput
 from runs.models import Interruption
-from runs.selectors import fleet_goodput_get, run_advice_inputs_get
+from runs.selectors import findings_in, fleet_goodput_get, run_advice_inputs_get, run_quality_get
 
 FINDING_KINDS = ("lemon", "straggler", "sdc")
 
@@ -81,7 +81,7 @@ def report_build(*, since: datetime, until: datetime, now: datetime) -> dict:
         "top_nodes": [{"node": node, "interruptions": n} for node, n in top(Counter(row[3] for row in unplanned))],
         "top_racks": [{"rack": rack, "interruptions": n} for rack, n in top(Counter(row[4] for row in unplanned))],
         "findings": _findings(since=since, until=until),
-        "runs": [_run_row(run, b, now=now) for run, b in fleet.by_run],
+        "runs": [_run_row(run, b, now=now, since=since, until=until) for run, b in fleet.by_run],
         # The overview's per-cluster pools over the report's week, added up (one source: incidents.playbooks.spares).
         "spares": fleet_spares(spare_pools_get(now=until, window_days=(until - since).total_seconds() / 86400)),
         "action_items": _open_action_items(),
@@ -125,7 +125,7 @@ def _findings(*, since: datetime, until: datetime) -> list[dict]:
     ]
 
 
-def _run_row(run, b: goodput.Breakdown, *, now: datetime) -> dict:
+def _run_row(run, b: goodput.Breakdown, *, now: datetime, since: datetime, until: datetime) -> dict:
     """The run's goodput in the window and its checkpoint interval against Daly's, with what Daly would save.
 
     saved = goodput_at_interval(Daly) - goodput_at_interval(current) under the first-order waste model
@@ -137,6 +137,8 @@ def _run_row(run, b: goodput.Breakdown, *, now: datetime) -> dict:
         "goodput": b.goodput,
         "interruptions": b.interruptions,
         "wall_clock_gpu_h": b.wall_clock_s * run.gpu_count / 3600,
+        # The run's data-quality findings of the week (runs.selectors.run_quality_get, as on its page).
+        "data_quality": len(findings_in(run_quality_get(run=run), since=since, until=until)),
         "interval_s": run.checkpoint_interval_s,
         "advised_s": None,
         "goodput_at_current": None,

@@ -101,7 +101,7 @@ def run_goodput(request, name):
     )
     quality = [
         {"code": f.code, "what": f.what, "at": f.at, "events": list(f.events), "resolution": f.resolution}
-        for f in selectors.run_quality_get(run=run)
+        for f in selectors.findings_in(selectors.run_quality_get(run=run), since=report.since, until=report.until)
     ]
     body = {"run": run.name, "gpus": run.gpu_count, "gpus_claimed": run.gpus_claimed, **report_json(report)}
     return Response({**body, "data_quality": quality})

@@ -55,6 +55,8 @@ def test_absurd_values_are_findings_beside_the_figures(post, admin_client, reade
     fleet = reader.get("/api/v1/fleet/goodput").json()
     assert [(r["gpus"], r["gpus_claimed"]) for r in fleet["runs"]] == [(32, INT_MAX)]
     assert fleet["gpu_hours"]["wall_clock"] == pytest.approx(30 * 24 * 32)  # still going: 30 days on 32 GPUs, not 2^31
+    week = reader.get("/api/v1/runs/ab/goodput", {"since": "2026-03-01T00:45:00Z"}).json()["data_quality"]
+    assert {f["code"] for f in week} == {"gpus_beyond_nodes", "restore_beyond_steps"}  # the durable one is earlier
     fleet_page = admin_client.get("/fleet").content.decode()
     assert "1 run claims more GPUs than its nodes hold, counted at 16 a node" in fleet_page
 

@@ -135,6 +135,7 @@ def test_it_reports_every_figure_of_a_known_week(week):
         2_939.39 * (1 + math.sqrt(60 / 144_000) / 3 + 60 / 144_000 / 9) - 60, rel=1e-5
     )
     assert runs["ra"]["goodput"] == pytest.approx(2_710 / 2_880)
+    assert [row["data_quality"] for row in data["runs"]] == [0, 0]  # a clean week: no finding to count
     assert runs["rb"]["goodput"] == pytest.approx(1_364 / 1_440)
 
     # Spares (section 5): 3 failures in 168 h, a 48 h repair: Poisson mean m = 6/7. P(X > 3) >= 1% > P(X > 4).
