@@ -349,15 +349,17 @@ def fleet_goodput_get(*, since: datetime, until: datetime, now: datetime) -> Fle
 
 
 def fleet_failure_rate_get(*, now: datetime, confidence: float = 0.90) -> advisor.RateEstimate | None:
-    """Per-GPU failure rate from the whole record: unexpected interruptions / GPU-hours run (None if no time)."""
+    """Per-GPU failure rate from the whole record up to `now`: unexpected interruptions before it / GPU-hours run
+    before it (None if no time). Both sides end at `now`: a report built as of a past moment counts neither the
+    failures nor the hours after it."""
     gpu_hours = 0.0
-    for gpus, started_at, ended_at in Run.objects.filter(started_at__isnull=False).values_list(
+    for gpus, started_at, ended_at in Run.objects.filter(started_at__lt=now).values_list(
         "gpu_count", "started_at", "ended_at"
     ):
-        gpu_hours += gpus * ((ended_at or now) - started_at).total_seconds() / 3600
+        gpu_hours += gpus * (min(ended_at or now, now) - started_at).total_seconds() / 3600
     if gpu_hours <= 0:
         return None
-    failures = Interruption.objects.filter(planned=False).count()
+    failures = Interruption.objects.filter(planned=False, fault_at__lt=now).count()
     return advisor.failure_rate(failures=failures, gpu_hours=gpu_hours, confidence=confidence)
 
 
@@ -372,6 +374,7 @@ class AdviceInputs:
     sources: dict[str, str | None]
     rate: advisor.RateEstimate | None
     mtbf_range_s: tuple[float, float] | None
+    as_of: datetime | None = None  # M is the fleet's record up to this moment
 
     @property
     def missing(self) -> list[str]:
@@ -410,7 +413,12 @@ def run_advice_inputs_get(
         for name, value in values.items()
     }
     return AdviceInputs(
-        **values, current_s=run.checkpoint_interval_s, sources=sources, rate=rate, mtbf_range_s=mtbf_range
+        **values,
+        current_s=run.checkpoint_interval_s,
+        sources=sources,
+        rate=rate,
+        mtbf_range_s=mtbf_range,
+        as_of=now,
     )
 
 

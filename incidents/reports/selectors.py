@@ -42,6 +42,7 @@ def report_build(*, since: datetime, until: datetime, now: datetime) -> dict:
     return {
         "since": since.isoformat(),
         "until": until.isoformat(),
+        "as_of": now.isoformat(),  # the advice and the MTBF behind it: the whole record up to this moment
         "goodput": {
             "fleet": total.goodput,
             "wall_clock_gpu_h": wall_gpu_h,
