@@ -27,11 +27,12 @@ install: $(STAMP)
 migrate: $(STAMP)
 	$(BIN)/python manage.py migrate --noinput
 
-# Embedded default: SQLite under var/, Celery tasks in-process. Demo data goes through the event intake.
+# Embedded default: SQLite under var/, a Celery worker with beat beside the web server on a broker folder under var/
+# (manage.py serve; Ctrl-C stops both). Demo data goes through the event intake.
 run: migrate
 	$(BIN)/python manage.py load_demo --login
 	@echo "FleetOps on http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/v1/docs)"
-	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+	CELERY_TASK_ALWAYS_EAGER=false $(BIN)/python manage.py serve $(HOST):$(PORT)
 
 # With DATABASE_URL and REDIS_URL set, the service tests run against PostgreSQL, Redis and a real worker.
 test: $(STAMP)

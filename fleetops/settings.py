@@ -205,9 +205,22 @@ SPECTACULAR_SETTINGS = {
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "OPTIONS": {"MAX_ENTRIES": 300}}}
 
 # --- Celery ---
-# Without a broker the tasks run in-process, eagerly: the embedded default needs no server at all.
+# Without Redis the broker is a folder (kombu's filesystem transport): the embedded default needs no server at all.
+# Commands and tests run the tasks in-process, eagerly; `make run` (manage.py serve) starts a worker with beat on that
+# folder beside the web server and turns eager off, so periodic detection, retries and their countdowns run there as
+# in production, with the same task functions on the same schedule.
 REDIS_URL = env.str("REDIS_URL", default="")
-CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
+EMBEDDED_BROKER_DIR = env.path("EMBEDDED_BROKER_DIR", default=BASE_DIR / "var" / "broker")
+CELERY_BROKER_URL = REDIS_URL or "filesystem://localhost/"
+if not REDIS_URL:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(EMBEDDED_BROKER_DIR),
+        "data_folder_out": str(EMBEDDED_BROKER_DIR),
+        "control_folder": str(Path(EMBEDDED_BROKER_DIR) / "control"),
+        "store_processed": False,
+    }
+    for _folder in (EMBEDDED_BROKER_DIR, Path(EMBEDDED_BROKER_DIR) / "control"):
+        Path(_folder).mkdir(parents=True, exist_ok=True)
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=not REDIS_URL)
 CELERY_TASK_EAGER_PROPAGATES = True
