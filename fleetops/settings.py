@@ -326,13 +326,19 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# Quiet unless asked for: django-axes prints a banner on every command and a log line per login otherwise. A lockout
+# is still logged (at WARNING) either way.
+AXES_VERBOSE = env.bool("AXES_VERBOSE", default=False)
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "axes": {"level": "INFO" if AXES_VERBOSE else "WARNING"},
+    },
 }
 
 # --- Detection and incidents ---
