@@ -86,22 +86,8 @@ def finding_record(
         incident = _incident_for(finding=finding, node=node, run=run, at=at)
         try:
             with transaction.atomic():
-                alert = Alert.objects.create(
-                    incident=incident,
-                    fingerprint=finding.fingerprint,
-                    kind=finding.kind,
-                    severity=finding.severity,
-                    summary=finding.summary[:500],
-                    explanation=finding.explanation,
-                    node=node,
-                    gpu=gpu,
-                    run=incident.run,
-                    evidence=finding.evidence,
-                    count=count,
-                    first_seen_at=at,
-                    last_seen_at=at,
-                    recommended_action=recommended_action,
-                )
+                alert = _new_alert(finding, incident, node, gpu, at, count, recommended_action)
+                alert.save(force_insert=True)
         except IntegrityError:
             # Another worker opened the same alert first: count into theirs.
             return finding_record(
@@ -109,16 +95,39 @@ def finding_record(
             )
         if node is not None:
             incident.nodes.add(node)
-        _entry(
-            incident,
-            kind="alert",
-            at=at,
-            text=f"{finding.summary} — {finding.explanation}",
-            data={"fingerprint": finding.fingerprint, "severity": finding.severity},
-        )
+        _entry(incident, kind="alert", at=at, **_alert_entry(finding))
         if refresh:
             incident_refresh(incident=incident, at=at)
         return alert
+
+
+def _new_alert(finding: Finding, incident, node, gpu, at: datetime, count: int, action: str = "") -> Alert:
+    """The firing alert a new finding opens on its incident (unsaved): one place for finding_record and
+    findings_record."""
+    return Alert(
+        incident=incident,
+        fingerprint=finding.fingerprint,
+        kind=finding.kind,
+        severity=finding.severity,
+        summary=finding.summary[:500],
+        explanation=finding.explanation,
+        node=node,
+        gpu=gpu,
+        run=incident.run,
+        evidence=finding.evidence,
+        count=count,
+        first_seen_at=at,
+        last_seen_at=at,
+        recommended_action=action,
+    )
+
+
+def _alert_entry(finding: Finding) -> dict:
+    """The text and data of the timeline entry a new alert writes."""
+    return {
+        "text": f"{finding.summary} — {finding.explanation}",
+        "data": {"fingerprint": finding.fingerprint, "severity": finding.severity},
+    }
 
 
 class _Grouping:
@@ -224,33 +233,13 @@ def findings_record(*, findings: list[tuple[Finding, datetime]], repeat_count: i
         run = runs.get(finding.run) if finding.run else None
         gpu = gpus.get((node.pk, finding.gpu)) if node is not None and finding.gpu is not None else None
         incident = _incident_for(finding=finding, node=node, run=run, at=at, grouping=grouping)
-        alert = Alert.objects.create(
-            incident=incident,
-            fingerprint=finding.fingerprint,
-            kind=finding.kind,
-            severity=finding.severity,
-            summary=finding.summary[:500],
-            explanation=finding.explanation,
-            node=node,
-            gpu=gpu,
-            run=incident.run,
-            evidence=finding.evidence,
-            count=1,
-            first_seen_at=at,
-            last_seen_at=at,
-        )
+        alert = _new_alert(finding, incident, node, gpu, at, 1)
+        alert.save(force_insert=True)
         firing[finding.fingerprint] = alert  # the same fingerprint again in this batch is a repeat of this one
         if node is not None:
             grouping.links.add((incident.pk, node.pk))
         entries.append(
-            TimelineEntry(
-                incident=incident,
-                at=at,
-                actor_name=FLEETOPS.name,
-                kind="alert",
-                text=f"{finding.summary} — {finding.explanation}",
-                data={"fingerprint": finding.fingerprint, "severity": finding.severity},
-            )
+            TimelineEntry(incident=incident, at=at, actor_name=FLEETOPS.name, kind="alert", **_alert_entry(finding))
         )
         recorded.append(alert)
     Alert.objects.bulk_update(list(counted.values()), ["count", "last_seen_at", "first_seen_at"])
