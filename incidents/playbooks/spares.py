@@ -57,10 +57,13 @@ def spare_pools_get(*, now: datetime, window_days: float = 30, target: float = S
     and the overview asks for it on every load.
     """
     since = now - timedelta(days=window_days)
+    # Both ends of the window: a report made as of a past week counts neither the failures nor the runs after it.
     failures = _per_cluster(
-        Interruption.objects.filter(planned=False, fault_at__gte=since), "run__cluster_id", n=Count("id")
+        Interruption.objects.filter(planned=False, fault_at__gte=since, fault_at__lt=now),
+        "run__cluster_id",
+        n=Count("id"),
     )
-    first_start = _per_cluster(Run.objects.all(), "cluster_id", n=Min("started_at"))
+    first_start = _per_cluster(Run.objects.filter(started_at__lt=now), "cluster_id", n=Min("started_at"))
     spares = _per_cluster(Node.objects.filter(state="hot_spare"), "cluster_id", n=Count("id"))
     repairs = cache.get_or_set("spare-pools:repair-hours", _repair_hours, settings.SPARE_REPAIR_CACHE_S)
     pools = {}

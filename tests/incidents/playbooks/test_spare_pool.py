@@ -78,3 +78,18 @@ def test_spares_are_counted_live_while_repair_times_come_from_the_cache(post):
     cache.clear()
     (later,) = spare_pools_get(now=at(600)).values()
     assert (later.repair_hours, later.repair_measured) == (1.0, True)
+
+
+def test_a_pool_as_of_a_past_moment_counts_nothing_after_it(post):
+    # The weekly report asks for the pools as of the end of its week: a failure after it, or a cluster whose first
+    # run started after it, is not the week's (it said 78 spares needed for a cluster born two hours before).
+    post(
+        [
+            event("run.started", at(0), "s0", run="r", cluster="c1", gpus=8, nodes=["n1"], job_id="1"),
+            event("run.failed", at(600), "f1", run="r", reason="Xid 79", node="n1"),
+        ]
+    )
+    (before,) = spare_pools_get(now=at(300)).values()
+    (after,) = spare_pools_get(now=at(700)).values()
+    assert (before.failures_per_hour, after.failures_per_hour) == (0, 1 / (700 / 60))
+    assert list(spare_pools_get(now=at(-10)).values())[0].failures_per_hour == 0  # no run yet
