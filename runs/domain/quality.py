@@ -13,6 +13,11 @@ from datetime import datetime, timedelta
 MAX_GPUS_PER_NODE = 16
 # A checkpoint said to be durable this long after its write finished (or before the write began) is not believed.
 DURABLE_LAG_MAX = timedelta(days=1)
+# How the goodput engine counts a restore whose checkpoint it does not know (runs.domain.goodput._rewound_from).
+UNKNOWN_RESTORE = (
+    "no checkpoint is known at that step by the fault: rewound from the latest earlier one written by then (the run "
+    "kept every step up to its own), never before the previous interruption ended"
+)
 
 
 @dataclass(frozen=True)
@@ -91,8 +96,7 @@ def run_findings(
                     + (f"but the run reached step {reached:,}" if reached is not None else "but no step is known"),
                     restore.at,
                     (restore.event,),
-                    "no checkpoint is known at that step: the work since the run started or last trained again is "
-                    "counted as rewound",
+                    UNKNOWN_RESTORE,
                 )
             )
     for write in checkpoints:
@@ -158,8 +162,7 @@ def stop_findings(stops: list[Stop], checkpoints: list[CheckpointWrite], *, reac
                     "been written by the fault",
                     stop.resumed_at or stop.fault_at,
                     refs,
-                    "rewound from the latest earlier checkpoint written by the fault (the run kept every step up to "
-                    "its own), never before the previous interruption ended",
+                    UNKNOWN_RESTORE,
                 )
             )
     return findings
