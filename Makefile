@@ -11,7 +11,7 @@ BENCH_REDIS_URL ?= redis://127.0.0.1:6379/14
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test bench lint migrate worker clean reliability-doc lock audit
+.PHONY: install run test bench fuzz lint migrate worker clean reliability-doc lock audit
 
 # Installs exactly the versions in requirements.lock (`make lock` writes it; `make audit` checks it).
 $(STAMP): pyproject.toml requirements.lock
@@ -48,6 +48,11 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 bench: $(BENCH_STAMP)
 	DATABASE_URL="$${DATABASE_URL:-$(BENCH_DATABASE_URL)}" REDIS_URL="$${REDIS_URL:-$(BENCH_REDIS_URL)}" \
 		$(BIN)/python -m pytest tests/benchmarks -q -s -p no:cacheprovider --override-ini="addopts="
+
+# The goodput engine against the reference model on 50,000 random messy streams (make test draws 2,000): about 2 h.
+fuzz: $(STAMP)
+	FLEETOPS_FUZZ_EXAMPLES=$${FLEETOPS_FUZZ_EXAMPLES:-50000} $(BIN)/python -m pytest \
+		tests/runs/test_goodput_differential.py -q -p no:cacheprovider --override-ini="addopts=" -x
 
 # docs/RELIABILITY.md's table, from the tests' @pytest.mark.reliability marks (tests/test_reliability_doc.py checks it).
 reliability-doc: $(STAMP)

@@ -21,13 +21,14 @@ from django.db.models import (
     Min,
     OuterRef,
     Q,
+    QuerySet,
     Subquery,
     Sum,
     Value,
 )
 from django.db.models.functions import Coalesce, Concat
 
-from runs.domain import advisor, goodput, quality, trust
+from runs.domain import advisor, goodput, lifecycle, quality, trust
 from runs.domain.cloudevents import CloudEvent
 from runs.models import Attempt, Checkpoint, Cluster, Event, EventRollup, Interruption, Node, Run
 
@@ -162,25 +163,41 @@ def interruptions_recent(*, limit: int = 10) -> list[Interruption]:
 def run_timeline_get(*, run: Run) -> goodput.RunTimeline:
     """The run as the goodput engine sees it: its span, its interruptions and its checkpoints' blocking."""
     interruptions = tuple(
-        goodput.InterruptionSpan(*row)
-        for row in run.interruptions.values_list(
-            "fault_at", "detected_at", "running_at", "resumed_at", "resumed_from_step", "planned", "cause"
-        )
+        goodput.InterruptionSpan(*row) for row in run.interruptions.values_list(*_INTERRUPTION_FIELDS)
     )
-    # One timestamp a row (the start, else the completion): parsing timestamps is most of this query's cost on a
-    # long run (thousands of checkpoints), and the completion is needed only where the start never arrived.
-    checkpoints = tuple(
-        goodput.CheckpointSpan(step, at if started else at - timedelta(seconds=blocking_s), blocking_s)
-        for step, at, started, blocking_s in run.checkpoints.filter(blocking_s__isnull=False)
+    checkpoints = tuple(_checkpoint_span(*row) for row in _checkpoint_rows(run.checkpoints.all()))
+    return goodput.RunTimeline(run.started_at, run.ended_at, run.gpu_count, interruptions, checkpoints)
+
+
+_INTERRUPTION_FIELDS = (
+    "fault_at", "detected_at", "running_at", "resumed_at", "resumed_from_step", "planned", "cause", "node_id"
+)  # fmt: skip
+
+
+def _checkpoint_rows(checkpoints: QuerySet, *first: str) -> QuerySet:
+    """The writes the engine counts: completed ones, and those started and never completed (a failed one is none).
+
+    One timestamp a row besides the durable time (the start, else the completion): parsing timestamps is most of
+    this query's cost on a long run (thousands of checkpoints), and the completion is needed only where the start
+    never arrived."""
+    return (
+        checkpoints.filter(Q(blocking_s__isnull=False) | Q(status=Checkpoint.Status.STARTED, started_at__isnull=False))
         .exclude(started_at__isnull=True, completed_at__isnull=True)
         .values_list(
+            *first,
             "step",
             Coalesce("started_at", "completed_at"),
             ExpressionWrapper(Q(started_at__isnull=False), output_field=BooleanField()),
             "blocking_s",
+            "durable_at",
+            "tier",
         )
     )
-    return goodput.RunTimeline(run.started_at, run.ended_at, run.gpu_count, interruptions, checkpoints)
+
+
+def _checkpoint_span(step, at, started, blocking_s, durable_at, tier) -> goodput.CheckpointSpan:
+    start = at if started or blocking_s is None else at - timedelta(seconds=blocking_s)
+    return goodput.CheckpointSpan(step, start, blocking_s, durable_at, tier)
 
 
 def run_timelines_get(*, runs: list[Run]) -> dict[int, goodput.RunTimeline]:
@@ -188,26 +205,12 @@ def run_timelines_get(*, runs: list[Run]) -> dict[int, goodput.RunTimeline]:
     ids = [run.pk for run in runs]
     interruptions: dict[int, list] = {pk: [] for pk in ids}
     rows = Interruption.objects.filter(run_id__in=ids).order_by("run_id", "number", "id")
-    for run_id, *row in rows.values_list(
-        "run_id", "fault_at", "detected_at", "running_at", "resumed_at", "resumed_from_step", "planned", "cause"
-    ):
+    for run_id, *row in rows.values_list("run_id", *_INTERRUPTION_FIELDS):
         interruptions[run_id].append(goodput.InterruptionSpan(*row))
     checkpoints: dict[int, list] = {pk: [] for pk in ids}
-    rows = (
-        Checkpoint.objects.filter(run_id__in=ids, blocking_s__isnull=False)
-        .exclude(started_at__isnull=True, completed_at__isnull=True)
-        .order_by("run_id", "step", "id")
-    )
-    for run_id, step, at, started, blocking_s in rows.values_list(
-        "run_id",
-        "step",
-        Coalesce("started_at", "completed_at"),
-        ExpressionWrapper(Q(started_at__isnull=False), output_field=BooleanField()),
-        "blocking_s",
-    ):
-        checkpoints[run_id].append(
-            goodput.CheckpointSpan(step, at if started else at - timedelta(seconds=blocking_s), blocking_s)
-        )
+    rows = Checkpoint.objects.filter(run_id__in=ids).order_by("run_id", "step", "id")
+    for run_id, *row in _checkpoint_rows(rows, "run_id"):
+        checkpoints[run_id].append(_checkpoint_span(*row))
     return {
         run.pk: goodput.RunTimeline(
             run.started_at, run.ended_at, run.gpu_count, tuple(interruptions[run.pk]), tuple(checkpoints[run.pk])
@@ -476,7 +479,7 @@ def event_clusters(events: list[CloudEvent]) -> tuple[dict[str, str], dict[str, 
     return nodes, runs
 
 
-_QUALITY_EVENTS = ["run.started", "run.restored", "run.failed"]
+_QUALITY_EVENTS = list(lifecycle.LIFECYCLE_TYPES)
 
 
 def run_quality_get(*, run: Run, version: str | None = None) -> list[quality.Finding]:
@@ -497,18 +500,22 @@ def run_quality_get(*, run: Run, version: str | None = None) -> list[quality.Fin
         return cache.get_or_set(f"fleetops:run:quality:{key}", lambda: run_quality_get(run=run), RECORD_CACHE_S)
     nodes = Attempt.latest_node_count(run)
     events = events.order_by("time", "id")
-    started, restores, failures = None, [], []
-    for source, event_id, type_, time, from_step in events.values_list(
-        "source", "event_id", "type", "time", "data__from_step"
+    started, restores, failures, told = None, [], [], []
+    # Of each event's data only what the lifecycle's rules read (a start's node list is thousands of names).
+    for source, event_id, type_, time, from_step, job_id, reason, detected_at in events.values_list(
+        "source", "event_id", "type", "time", "data__from_step", "data__job_id", "data__reason", "data__detected_at"
     ):
         ref = f"{source}#{event_id}"
+        data = {"job_id": job_id or "", "reason": reason or "", "from_step": from_step, "detected_at": detected_at}
+        told.append(lifecycle.LifecycleEvent(time, type_, data, source, event_id))
         if type_ == "run.started":
             started = (time, ref)  # the latest start says the GPUs the run is counted with
         elif type_ == "run.restored" and from_step is not None:
             restores.append(quality.Restore(from_step=int(from_step), at=time, event=ref))
-        else:
+        elif type_ == "run.failed":
             failures.append((time, ref))
     stops = _stops_with_reports(run, failures)
+    odd = lifecycle.derive(told).odd
     named = {stop.resumed_from_step for stop in stops} | {restore.from_step for restore in restores}
     lag = quality.DURABLE_LAG_MAX
     suspect = (
@@ -543,14 +550,18 @@ def run_quality_get(*, run: Run, version: str | None = None) -> list[quality.Fin
     ]
     top = run.checkpoints.aggregate(top=Max("step"))["top"]
     reached = max([s for s in (run.last_step, top) if s is not None], default=None)
-    return quality.run_findings(
-        claimed_gpus=run.gpus_claimed,
-        nodes=nodes,
-        started=started,
-        reached_step=reached,
-        restores=restores,
-        checkpoints=writes,
-    ) + quality.stop_findings(stops, writes, reached_step=reached)
+    return (
+        quality.run_findings(
+            claimed_gpus=run.gpus_claimed,
+            nodes=nodes,
+            started=started,
+            reached_step=reached,
+            restores=restores,
+            checkpoints=writes,
+        )
+        + quality.stop_findings(stops, writes, reached_step=reached)
+        + quality.lifecycle_findings(odd, started_at=run.started_at)
+    )
 
 
 def findings_in(findings: list[quality.Finding], *, since: datetime | None, until: datetime | None) -> list:

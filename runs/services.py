@@ -422,7 +422,10 @@ def _apply_checkpoint_completed(event: Event) -> None:
     durable_at = parse_time(data["durable_at"]) if data.get("durable_at") else None
     if durable_at is None and data["tier"] == "durable":
         durable_at = event.time
-    Checkpoint.objects.filter(pk=checkpoint.pk).update(
+    # The latest completion of a step wins, whichever arrives last (a step written again after a rewind); at the same
+    # time, the larger blocking (a re-report never raises goodput by arriving first).
+    newer = _newer("completed_at", event.time) | Q(completed_at=event.time, blocking_s__lt=data["blocking_s"])
+    Checkpoint.objects.filter(pk=checkpoint.pk).filter(newer).update(
         status=Checkpoint.Status.COMPLETED,
         completed_at=event.time,
         blocking_s=data["blocking_s"],

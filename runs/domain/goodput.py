@@ -46,20 +46,28 @@ class InterruptionSpan:
     resumed_from_step: int | None = None  # the checkpoint it resumed from
     planned: bool = False
     cause: str = "unknown"
+    node: object = None  # the node the fault named, if any: its memory and local checkpoint copies went with it
 
 
 @dataclass(frozen=True)
 class CheckpointSpan:
-    """The blocking part of one checkpoint: training stood still for blocking_s seconds from started_at."""
+    """One step's write: training stood still for blocking_s seconds from started_at.
+
+    blocking_s None: a write started and never completed (its cost unknown, so it blocks for nothing counted; it
+    still says the run had reached its step at started_at). durable_at None: not known durable (a memory or local
+    copy, on the run's own nodes; the record gives a durable-tier write its completion time)."""
 
     step: int
     started_at: datetime
-    blocking_s: float
+    blocking_s: float | None
+    durable_at: datetime | None = None
+    tier: str = "durable"
 
     @property
     def blocked_until(self) -> datetime:
-        # `not > 0` also turns a NaN cost into an empty span instead of an exception.
-        return self.started_at + timedelta(seconds=self.blocking_s if self.blocking_s > 0 else 0.0)
+        # `not > 0` also turns a NaN cost (and an unknown one) into an empty span instead of an exception.
+        seconds = self.blocking_s if self.blocking_s is not None and self.blocking_s > 0 else 0.0
+        return self.started_at + timedelta(seconds=seconds)
 
 
 @dataclass(frozen=True)
@@ -332,12 +340,16 @@ class _Resolved:
         interruptions = [timeline.interruptions[index] for _, index in keyed]
         faults = [fault for fault, _ in keyed]
         writes = []  # clipped to the run
-        written: dict[int, list[int]] = {}  # step -> when its blocking ended, looked up once per interruption
+        written: dict[int, list[_Write]] = {}  # by step, looked up once per interruption
         for checkpoint in timeline.checkpoints:
             # The hot loop of a long run (thousands of checkpoints): _us() inlined.
             start = (checkpoint.started_at - _EPOCH) // _US
+            if checkpoint.blocking_s is None:  # never completed: blocks for nothing counted, bounds a restore of it
+                written.setdefault(checkpoint.step, []).append(_Write(start, None, None, False))
+                continue
             end = start + _blocking_us(checkpoint.blocking_s)
-            written.setdefault(checkpoint.step, []).append(end)
+            durable = None if checkpoint.durable_at is None else (checkpoint.durable_at - _EPOCH) // _US
+            written.setdefault(checkpoint.step, []).append(_Write(start, end, durable, checkpoint.tier in _NODE_TIERS))
             start, end = (start if start > started else started), (end if end < run_end else run_end)
             if start < end:
                 writes.append((start, end))
@@ -348,8 +360,32 @@ class _Resolved:
         return sorted(self.owned + self.blocking)
 
 
+# Tiers whose copy lives on the run's own nodes until it is made durable.
+_NODE_TIERS = frozenset({"memory", "local"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Write:
+    """One step's checkpoint write, in microseconds: blocking [start, end), end None if it never completed."""
+
+    start: int
+    end: int | None
+    durable: int | None  # when it was known durable
+    on_nodes: bool  # a memory or local copy: held on the run's nodes until durable
+
+    def survives(self, fault: int, node_named: bool) -> bool:
+        """Still there after the fault: written by then, and durable by then or a copy on nodes the fault spared."""
+        if self.end is None or self.end > fault:
+            return False
+        return (self.durable is not None and self.durable <= fault) or (self.on_nodes and not node_named)
+
+
 def _labelled(
-    interruptions: list[InterruptionSpan], faults: list[int], written: dict[int, list[int]], started: int, run_end: int
+    interruptions: list[InterruptionSpan],
+    faults: list[int],
+    written: dict[int, list[_Write]],
+    started: int,
+    run_end: int,
 ) -> list[Span]:
     """Every labelled interval the interruptions own, clipped to [started, run_end); they may overlap."""
     spans: list[Span] = []
@@ -389,7 +425,7 @@ def _labelled(
             covered = down_until == detected
         if not covered:
             spans.append((fault, down_until, _OTHER, owner))
-        rewound = _rewound_from(resumed_from[owner], fault, written, max(previous_end, started))
+        rewound = _rewound_from(resumed_from[owner], fault, span.node is not None, written, max(previous_end, started))
         spans.append((rewound, fault, _REWOUND, owner))
         previous_end = resumed if resumed is not None else open_end
     clipped = []
@@ -400,23 +436,26 @@ def _labelled(
     return clipped
 
 
-def _rewound_from(step: int | None, fault: int, written: dict[int, list[int]], fallback: int) -> int:
-    """Where the work lost by this fault began: the end of the blocking part of the checkpoint it resumed from
-    (`step`: its own restore's, or that of the restore that finally succeeded after a failure during its reload).
+def _rewound_from(step: int | None, fault: int, node_named: bool, written: dict[int, list[_Write]], floor: int) -> int:
+    """Where the work lost by this fault began (docs/DOMAIN.md section 2, "The rewound work"), never before `floor`
+    (the run's start, or where the previous interruption ended). `step` is the checkpoint the run resumed from: its
+    own restore's, or that of the restore that finally succeeded after a failure during its reload.
 
-    Only a checkpoint whose blocking ended by the fault counts. A restore whose own checkpoint is not known so (its
-    checkpoint.completed lost, or stamped after the fault) still says the run kept every step up to its own: the
-    latest write of an earlier step that ended by the fault bounds the loss, and so does `fallback` (the run's
-    start, or where the previous interruption ended: a checkpoint it resumed from again was written after that).
-    Not resumed yet: all training since `fallback` is taken as lost.
+    1. the end of the blocking of that step's completed write, if it ended by the fault (the trainer loaded it);
+    2. else the start of that step's write, if it started by the fault (its completion lost, or cut by the fault);
+    3. else the latest blocking end of an earlier step's write that survived the fault (_Write.survives);
+    4. else `floor`. Not resumed yet (no step): all training since `floor` is taken as lost.
     """
     if step is None:
-        return fallback
-    own = max((end for end in written.get(step, ()) if end <= fault), default=None)
-    if own is not None:
-        return own
-    earlier = (end for kept, ends in written.items() if kept < step for end in ends if end <= fault)
-    return max(fallback, max(earlier, default=fallback))
+        return floor
+    own = written.get(step, ())
+    point = max((w.end for w in own if w.end is not None and w.end <= fault), default=None)
+    if point is None:
+        point = max((w.start for w in own if w.start <= fault), default=None)
+    if point is None:
+        earlier = (w.end for kept, ws in written.items() if kept < step for w in ws if w.survives(fault, node_named))
+        point = max(earlier, default=floor)
+    return point if point > floor else floor
 
 
 def _resolve(spans: list[Span]) -> list[Span]:

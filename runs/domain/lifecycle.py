@@ -70,6 +70,9 @@ class Lifecycle:
     attempts: list[Attempt] = field(default_factory=list)
     interruptions: list[Interruption] = field(default_factory=list)
     settings: dict = field(default_factory=dict)  # cluster, gpus, model_params, checkpoint_interval_s
+    # Events the rules counted nothing for, each with why (docs/DOMAIN.md section 2): failure_before_start,
+    # attempt_superseded, restore_unmatched, restore_repeated. runs.domain.quality says them as findings.
+    odd: list[tuple[str, LifecycleEvent]] = field(default_factory=list)
 
 
 def derive(events: list[LifecycleEvent]) -> Lifecycle:
@@ -77,6 +80,7 @@ def derive(events: list[LifecycleEvent]) -> Lifecycle:
     attempts: list[Attempt] = []
     interruptions: list[Interruption] = []
     settings: dict = {}
+    odd: list[tuple[str, LifecycleEvent]] = []
     open_attempt: Attempt | None = None
     final: tuple[str, datetime] | None = None
 
@@ -86,6 +90,7 @@ def derive(events: list[LifecycleEvent]) -> Lifecycle:
         if event.type == "run.started":
             if open_attempt is not None:
                 _close(open_attempt, at, "superseded")
+                odd.append(("attempt_superseded", event))
             open_attempt = Attempt(
                 len(attempts) + 1, at, data["job_id"], list(data.get("nodes", ())), (event.source, event.id)
             )
@@ -98,6 +103,9 @@ def derive(events: list[LifecycleEvent]) -> Lifecycle:
                     settings[key] = data[key]
             final = None
         elif event.type == "run.failed":
+            if not attempts:
+                odd.append(("failure_before_start", event))  # nothing ran yet to fail
+                continue
             if open_attempt is None and waiting is not None:
                 # A second report of the fault that already stopped the run (scheduler and agent both saw it).
                 _merge_report(waiting, event)
@@ -108,7 +116,8 @@ def derive(events: list[LifecycleEvent]) -> Lifecycle:
                 _close(open_attempt, at, "failed")
                 open_attempt = None
         elif event.type == "run.restored":
-            if open_attempt is not None and open_attempt.resumed_from_step is None:
+            first = open_attempt is not None and open_attempt.resumed_from_step is None
+            if first:
                 open_attempt.resumed_from_step = data["from_step"]
             restarted = next(
                 (i for i in reversed(interruptions) if i.running_at is not None and i.resumed_at is None), None
@@ -120,6 +129,10 @@ def derive(events: list[LifecycleEvent]) -> Lifecycle:
             ):
                 restarted.resumed_at = at
                 restarted.resumed_from_step = data["from_step"]
+            elif not first:
+                odd.append(("restore_repeated" if open_attempt is not None else "restore_unmatched", event))
+            elif open_attempt.number > 1:  # the first attempt may start from a checkpoint (a warm start)
+                odd.append(("restore_unmatched", event))
         else:  # run.completed, run.cancelled
             end = "completed" if event.type == "run.completed" else "cancelled"
             if open_attempt is not None:
@@ -136,7 +149,7 @@ def derive(events: list[LifecycleEvent]) -> Lifecycle:
     else:
         state, ended_at = "pending", None
     started_at = attempts[0].started_at if attempts else None
-    return Lifecycle(state, started_at, ended_at, attempts, interruptions, settings)
+    return Lifecycle(state, started_at, ended_at, attempts, interruptions, settings, odd)
 
 
 def _close(attempt: Attempt, at: datetime, reason: str) -> None:

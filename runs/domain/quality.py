@@ -15,9 +15,26 @@ MAX_GPUS_PER_NODE = 16
 DURABLE_LAG_MAX = timedelta(days=1)
 # How the goodput engine counts a restore whose checkpoint it does not know (runs.domain.goodput._rewound_from).
 UNKNOWN_RESTORE = (
-    "no checkpoint is known at that step by the fault: rewound from the latest earlier one written by then (the run "
-    "kept every step up to its own), never before the previous interruption ended"
+    "no checkpoint is known written at that step by the fault: rewound from the start of its write if that began by "
+    "then (the run kept the state it had), else from the latest earlier checkpoint that survived the fault (durable "
+    "by then, or a memory or local copy on nodes the fault spared), never before the previous interruption ended"
 )
+# What the lifecycle's rules counted for an event that fits no attempt (runs.domain.lifecycle.Lifecycle.odd).
+_ODD = {
+    "failure_before_start": ("run.failed before the run's first run.started", "counted nothing: nothing ran yet"),
+    "attempt_superseded": (
+        "run.started while an attempt was still running (no run.failed, completion or cancellation between)",
+        "no interruption counted: the earlier attempt ends there, and the time stays with the run",
+    ),
+    "restore_unmatched": (
+        "run.restored in an attempt that restarted no interruption",
+        "counted nothing: no interruption to resume",
+    ),
+    "restore_repeated": (
+        "run.restored again in the same attempt",
+        "the attempt's first restore counts; this one changes nothing",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -88,7 +105,7 @@ def run_findings(
     steps = [s for s in [reached_step, *(c.step for c in checkpoints)] if s is not None]
     reached = max(steps, default=None)
     for restore in restores:
-        if reached is None or restore.from_step > reached:
+        if restore.from_step > (reached or 0):  # step 0 is the run's own start, reached by any run
             findings.append(
                 Finding(
                     "restore_beyond_steps",
@@ -165,6 +182,21 @@ def stop_findings(stops: list[Stop], checkpoints: list[CheckpointWrite], *, reac
                     UNKNOWN_RESTORE,
                 )
             )
+    return findings
+
+
+def lifecycle_findings(odd: list, *, started_at: datetime | None) -> list[Finding]:
+    """A finding for each lifecycle event the rules counted nothing for (runs.domain.lifecycle.Lifecycle.odd). One
+    stamped before the run started is dated at the start, so that the windows that hold the run list it."""
+    findings = []
+    for code, event in odd:
+        what, resolution = _ODD[code]
+        step = event.data.get("from_step")
+        what += f" (from step {int(step):,})" if event.type == "run.restored" and step is not None else ""
+        at = event.time
+        if started_at is not None and at < started_at:
+            what, at = f"{what}, stamped {at:%Y-%m-%d %H:%M:%S} UTC", started_at
+        findings.append(Finding(code, what, at, (f"{event.source}#{event.id}",), resolution))
     return findings
 
 

@@ -48,12 +48,12 @@ def test_the_event_log_cannot_be_changed_from_the_admin(admin):
 
 def test_quarantined_events_are_filtered_and_replayed_from_the_admin(admin):
     bad = Event.objects.create(
-        source="old", event_id="q", type="run.failed", time="2026-03-01T00:00:00Z", data={"run": "r9"}, run_name="r9"
+        source="old", event_id="q", type="run.started", time="2026-03-01T00:00:00Z", data={"run": "r9"}, run_name="r9"
     )
     Event.objects.filter(pk=bad.pk).update(applied_at="2026-03-01T00:00:01Z", quarantined_at="2026-03-01T00:00:01Z")
     listing = admin.get("/admin/runs/event/?quarantined_at__isempty=0").content.decode()
     assert f"/admin/runs/event/{bad.pk}/change/" in listing
     response = admin.post("/admin/runs/event/", {"action": "replay", "_selected_action": [bad.pk]}, follow=True)
-    assert "0 applied" in response.content.decode()  # still without its reason: quarantined again
+    assert "0 applied" in response.content.decode()  # still without its job id: quarantined again
     bad.refresh_from_db()
-    assert bad.quarantined_at is not None and bad.error == "KeyError: 'reason'"
+    assert bad.quarantined_at is not None and bad.error == "KeyError: 'job_id'"

@@ -125,3 +125,51 @@ def test_the_run_page_says_a_new_finding_at_once_though_the_record_rows_stay_the
         ]
     )
     assert "interruption #1 reported 2 times" in admin_client.get("/runs/q").content.decode()
+
+
+@pytest.mark.reliability(
+    "Lifecycle events no attempt fits: a run.failed before the run's first start, a start while an attempt still "
+    "ran, a restore in an attempt that restarted nothing, a second restore of one restart",
+    how="one run's events through POST /api/v1/events, shuffled; its goodput API",
+    outcome="each a data-quality finding with its event and how it was counted (nothing); the goodput as without "
+    "them (before: the early failure made the run's first start a restart, its startup counted as reload)",
+)
+def test_events_no_attempt_fits_are_findings_and_count_nothing(post, reader):
+    story = [
+        event("run.failed", at(-5), "o-1", run="od", reason="early"),
+        event("run.started", at(0), "o-2", run="od", cluster="c1", gpus=8, nodes=["n1"], job_id="1"),
+        event("run.started", at(10), "o-3", run="od", cluster="c1", gpus=8, nodes=["n1"], job_id="2"),
+        event("run.restored", at(11), "o-4", run="od", from_step=0),
+        event("run.failed", at(20), "o-5", run="od", reason="Xid 79", detected_at=at(21).isoformat()),
+        event("run.started", at(25), "o-6", run="od", cluster="c1", gpus=8, nodes=["n1"], job_id="3"),
+        event("run.restored", at(27), "o-7", run="od", from_step=0),
+        event("run.restored", at(28), "o-8", run="od", from_step=0),
+        event("run.completed", at(60), "o-9", run="od"),
+    ]
+    post(story[::-1])
+    body = reader.get("/api/v1/runs/od/goodput").json()
+    found = [(f["code"], f["events"]) for f in body["data_quality"]]
+    assert found == [
+        ("failure_before_start", ["slurm://test-cluster#o-1"]),
+        ("attempt_superseded", ["slurm://test-cluster#o-3"]),
+        ("restore_unmatched", ["slurm://test-cluster#o-4"]),
+        ("restore_repeated", ["slurm://test-cluster#o-8"]),
+    ]
+    # 60 min: detection 1, rescheduling 4, reload 2, and the 20 min since the start rewound (step 0 has no write).
+    lost = body["badput"]
+    assert (lost["detection_s"], lost["rescheduling_s"], lost["reload_s"], lost["rewound_s"]) == (60, 240, 120, 1200)
+    assert (body["productive_s"], body["wall_clock_s"], body["interruptions"]) == (1980, 3600, 1)
+
+
+def test_a_run_that_never_started_has_no_time_and_says_why(post, reader, admin_client):
+    post(
+        [
+            event("checkpoint.completed", at(5), "n-1", run="ns", step=3, blocking_s=10, bytes=1, tier="durable"),
+            event("run.failed", at(9), "n-2", run="ns", reason="Xid 79", node="n1"),
+            event("run.restored", at(12), "n-3", run="ns", from_step=3),
+        ]
+    )
+    body = reader.get("/api/v1/runs/ns/goodput").json()
+    assert (body["wall_clock_s"], body["productive_s"], body["interruptions"]) == (0, 0, 0)
+    assert [f["code"] for f in body["data_quality"]] == ["failure_before_start", "restore_unmatched"]
+    assert admin_client.get("/runs/ns").status_code == 200

@@ -1,5 +1,6 @@
 """The goodput engine (runs/domain/goodput.py): worked examples of docs/DOMAIN.md section 2, then properties."""
 
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -142,18 +143,31 @@ def test_a_second_failure_during_the_reload_of_the_first_rewinds_to_the_restore_
 def test_a_restore_whose_own_checkpoint_is_not_known_rewinds_to_the_latest_earlier_one():
     # Issue 16, case 2: checkpoints at steps 30 and 60 written at 00:30 and 01:00 (30 s each); a fault at 01:20,
     # running again 01:25, training from step 70 at 01:30, but step 70's checkpoint.completed never arrived. The run
-    # kept every step up to 70, so at most the work since step 60's write (01:00:30) is lost: 19.5 min, not the
-    # 80 min since the run started. The same when step 70's write is stamped after the fault (a fast clock).
+    # kept every step up to 70, so at most the work since step 60's write (01:00:30, durable from 01:01) is lost:
+    # 19.5 min, not the 80 min since the run started. The same when step 70's write is stamped after the fault (a
+    # fast clock).
+    durable = (CheckpointSpan(30, at(30), 30, at(31)), CheckpointSpan(60, at(60), 30, at(61)))
     for extra in ((), (CheckpointSpan(step=70, started_at=at(85), blocking_s=30),)):
         run = RunTimeline(
             started_at=at(0),
             ended_at=at(120),
             gpus=8,
             interruptions=(restart(80, 80, 85, 90, step=70),),
-            checkpoints=(CheckpointSpan(30, at(30), 30), CheckpointSpan(60, at(60), 30), *extra),
+            checkpoints=(*durable, *extra),
         )
         (cost,) = interruption_costs(run, now=FAR)
         assert cost.rewound_min == 19.5
+    # Step 60 only in memory: lost with the node the fault named, so step 30's durable copy bounds the loss (49.5
+    # min); a fault that named no node spared it (19.5 min).
+    memory = (durable[0], CheckpointSpan(60, at(60), 30, None, "memory"))
+    for node, lost in (("n2", 49.5), (None, 19.5)):
+        run = RunTimeline(
+            started_at=at(0),
+            ended_at=at(120),
+            interruptions=(replace(restart(80, 80, 85, 90, step=70), node=node),),
+            checkpoints=memory,
+        )
+        assert interruption_costs(run, now=FAR)[0].rewound_min == lost
     # Restoring from an earlier step again: never before where the previous interruption ended.
     again = RunTimeline(
         started_at=at(0),
@@ -216,15 +230,18 @@ def test_it_falls_back_to_the_previous_resume_when_the_checkpoint_is_unknown():
     assert second.rewound_min == 100 - 60  # step 99 has no checkpoint: lost since training resumed at +60
 
 
-def test_it_ignores_a_checkpoint_still_blocking_at_the_fault():
-    # A write that had not finished when the fault hit cannot be what training resumed from.
-    run = RunTimeline(
-        started_at=at(0),
-        ended_at=at(100),
-        interruptions=(restart(50, 51, 55, 60, step=7),),
-        checkpoints=(CheckpointSpan(7, at(49), 120.0),),
-    )
-    assert interruption_costs(run, now=FAR)[0].rewound_min == 50
+def test_a_restore_of_a_write_the_fault_cut_or_never_completed_rewinds_to_its_start():
+    # The run restored step 7, whose write began at +49: it kept the state it had then, whether the write's blocking
+    # ran past the fault at +50 or its completion never came. Only the minute since is lost, not the 49 before.
+    for write in (CheckpointSpan(7, at(49), 120.0), CheckpointSpan(7, at(49), None)):
+        run = RunTimeline(
+            started_at=at(0),
+            ended_at=at(100),
+            interruptions=(restart(50, 51, 55, 60, step=7),),
+            checkpoints=(write,),
+        )
+        assert interruption_costs(run, now=FAR)[0].rewound_min == 1
+        assert whole(run).checkpoint_s == 0  # the cut write's blocking is the fault's; an unknown one counts nothing
 
 
 def test_it_starts_detection_at_the_fault_when_clocks_disagree():

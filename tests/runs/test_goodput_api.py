@@ -62,12 +62,15 @@ def test_a_checkpoint_whose_start_never_arrived_blocks_until_its_completion(db):
     Checkpoint.objects.create(run=run, step=2, completed_at=started + timedelta(minutes=30), blocking_s=15.0)
     Checkpoint.objects.create(run=run, step=3, blocking_s=15.0)  # no time at all: nothing to place it by
     Checkpoint.objects.create(run=run, step=4, started_at=started + timedelta(minutes=40))  # cost unknown
+    failed = Checkpoint.Status.FAILED
+    Checkpoint.objects.create(run=run, step=5, started_at=started + timedelta(minutes=50), status=failed)  # no write
 
     spans = selectors.run_timeline_get(run=run).checkpoints
 
     assert sorted((c.step, c.started_at, c.blocking_s) for c in spans) == [
         (1, started + timedelta(minutes=10), 20.0),
         (2, started + timedelta(minutes=30, seconds=-15), 15.0),
+        (4, started + timedelta(minutes=40), None),  # blocks for nothing counted; a restore of step 4 rewinds to it
     ]
 
 

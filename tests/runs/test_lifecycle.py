@@ -96,3 +96,43 @@ def test_a_detection_time_before_the_fault_is_clamped_to_the_fault():
 @given(st.permutations(lifecycle_events(failure_and_restart())))
 def test_it_gives_the_same_lifecycle_in_any_order(events):
     assert derive(events) == derive(lifecycle_events(failure_and_restart()))
+
+
+def restored(minute, id_, step):
+    return LifecycleEvent(T0 + timedelta(minutes=minute), "run.restored", {"from_step": step}, "s", id_)
+
+
+def test_the_events_no_attempt_fits_count_nothing_and_are_said():
+    # A failure stamped before the run's first start; a start while attempt 1 still ran; a restore in that attempt,
+    # which restarted nothing; then a real fault, its restart, its restore and a second restore in the same attempt.
+    result = derive(
+        [
+            failed(-5, "early"),
+            started(0, "1"),
+            restored(1, "warm", 0),  # the first attempt may start from a checkpoint: fine
+            started(10, "2"),
+            restored(11, "stray", 5),
+            failed(20, "f"),
+            started(25, "3"),
+            restored(27, "r", 5),
+            restored(28, "again", 9),
+        ]
+    )
+    assert [(a.number, a.end_reason) for a in result.attempts] == [(1, "superseded"), (2, "failed"), (3, "")]
+    (i,) = result.interruptions  # the early failure opened none: nothing ran yet
+    assert (i.fault_at, i.resumed_at, i.resumed_from_step) == (
+        T0 + timedelta(minutes=20),
+        T0 + timedelta(minutes=27),
+        5,
+    )
+    assert [(code, e.id) for code, e in result.odd] == [
+        ("failure_before_start", "early"),
+        ("attempt_superseded", "2"),
+        ("restore_unmatched", "stray"),
+        ("restore_repeated", "again"),
+    ]
+
+
+def test_a_failure_without_detected_at_is_noticed_when_it_happened():
+    (i,) = derive([started(0, "1"), failed(10, "f")]).interruptions
+    assert i.detected_at == i.fault_at == T0 + timedelta(minutes=10)  # detection 0 s

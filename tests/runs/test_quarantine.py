@@ -74,27 +74,31 @@ def test_one_bad_event_costs_its_chunk_mates_nothing(django_capture_on_commit_ca
 )
 def test_the_sweeper_never_stops_on_a_bad_event(django_capture_on_commit_callbacks):
     bad = poison()
-    steps = [
-        {
-            "specversion": "1.0",
-            "id": f"s{i}",
-            "source": "t://x",
-            "type": "run.step",
-            "time": f"2026-03-01T03:{i:02d}:00Z",
-            "data": {"run": "r2", "step": i},
-        }
-        for i in range(60)
-    ] + [
-        {
-            "specversion": "1.0",
-            "id": f"h{i}",
-            "source": "t://x",
-            "type": "node.heartbeat",
-            "time": f"2026-03-01T04:{i:02d}:00Z",
-            "data": {"node": f"n{i}"},
-        }
-        for i in range(40)
-    ]
+    steps = (
+        failure_and_restart()[:1]
+        + [
+            {
+                "specversion": "1.0",
+                "id": f"s{i}",
+                "source": "t://x",
+                "type": "run.step",
+                "time": f"2026-03-01T03:{i:02d}:00Z",
+                "data": {"run": "r2", "step": i},
+            }
+            for i in range(60)
+        ]
+        + [
+            {
+                "specversion": "1.0",
+                "id": f"h{i}",
+                "source": "t://x",
+                "type": "node.heartbeat",
+                "time": f"2026-03-01T04:{i:02d}:00Z",
+                "data": {"node": f"n{i}"},
+            }
+            for i in range(39)
+        ]
+    )  # r1's start (a failure before it would end nothing), 60 steps of r2, 39 heartbeats
     stored(steps, django_capture_on_commit_callbacks)
     Event.objects.update(received_at=timezone.now() - timedelta(minutes=5))
     assert pending_events_apply() == 100
