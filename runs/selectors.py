@@ -544,7 +544,7 @@ def run_quality_get(*, run: Run, version: str | None = None) -> list[quality.Fin
             completed_at,
             durable_at,
             refs.get(step, ""),
-            started_at + timedelta(seconds=max(blocking_s or 0.0, 0.0)) if started_at is not None else None,
+            _blocked_until(started_at, completed_at, blocking_s),
         )
         for step, started_at, completed_at, durable_at, blocking_s in rows
     ]
@@ -562,6 +562,14 @@ def run_quality_get(*, run: Run, version: str | None = None) -> list[quality.Fin
         + quality.stop_findings(stops, writes, reached_step=reached)
         + quality.lifecycle_findings(odd, started_at=run.started_at)
     )
+
+
+def _blocked_until(started_at, completed_at, blocking_s) -> datetime | None:
+    """Where a write's blocking ended, as the engine places it (runs.selectors._checkpoint_span): from its start for
+    its cost, or at its completion when the start never arrived; None for a write never completed (cost unknown)."""
+    if blocking_s is None:
+        return None
+    return started_at + timedelta(seconds=max(blocking_s, 0.0)) if started_at is not None else completed_at
 
 
 def findings_in(findings: list[quality.Finding], *, since: datetime | None, until: datetime | None) -> list:

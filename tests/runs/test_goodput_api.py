@@ -8,7 +8,7 @@ import pytest
 
 from runs import selectors
 from runs.models import Checkpoint, Run
-from tests.stories import failure_and_restart
+from tests.stories import at, event, failure_and_restart
 
 # The story's stages, in seconds: fault 00:45 noticed 00:46, running 00:55, training 00:58; the resumed
 # checkpoint's blocking ended 00:30:20; checkpoints block 20 s and 15 s; the run lasts 2 h.
@@ -140,3 +140,35 @@ def test_every_window_must_end_after_it_starts(reader, record, url):
     response = reader.get(url)
     assert response.status_code == 400, response.content
     assert response.json()["errors"] == [{"field": "until", "reason": "must be later than since"}]
+
+
+@pytest.mark.parametrize(
+    "failed, rewound",
+    [
+        # Step 10's completion never came: the run kept the state it had when that write began (00:40), 600 s lost.
+        (False, 600),
+        # Step 10's write failed: no checkpoint of step 10 at all, so step 5's durable one bounds the loss, from
+        # 00:05:10 to the fault at 00:50: 2,690 s.
+        (True, 2690),
+    ],
+)
+def test_a_restore_of_a_write_never_completed_or_failed_through_the_record(post, reader, failed, rewound):
+    story = [
+        event("run.started", at(0), "w-1", run="wf", cluster="c1", gpus=8, nodes=["n1"], job_id="1"),
+        event("checkpoint.started", at(5), "w-2", run="wf", step=5),
+        event("checkpoint.completed", at(5, 10), "w-3", run="wf", step=5, blocking_s=10, bytes=1, tier="durable"),
+        event("checkpoint.started", at(40), "w-4", run="wf", step=10),
+        event("run.failed", at(50), "w-5", run="wf", reason="hang", detected_at=at(50, 30).isoformat()),
+        event("run.started", at(55), "w-6", run="wf", cluster="c1", gpus=8, nodes=["n2"], job_id="2"),
+        event("run.restored", at(60), "w-7", run="wf", from_step=10),
+        event("run.completed", at(90), "w-8", run="wf"),
+    ]
+    if failed:
+        story.append(event("checkpoint.failed", at(41), "w-9", run="wf", step=10, reason="disk full"))
+    post(story)
+    body = reader.get("/api/v1/runs/wf/goodput").json()
+    lost = body["badput"]
+    # Detection 30 s, rescheduling 00:50:30-00:55, reload 00:55-01:00, step 5's 10 s of blocking; 90 min in all.
+    assert (lost["detection_s"], lost["rescheduling_s"], lost["reload_s"], lost["checkpoint_s"]) == (30, 270, 300, 10)
+    assert (lost["rewound_s"], body["productive_s"]) == (rewound, 5400 - 30 - 270 - 300 - 10 - rewound)
+    assert [f["code"] for f in body["data_quality"]] == ["restore_checkpoint_unknown"]

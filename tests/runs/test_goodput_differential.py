@@ -72,7 +72,7 @@ def stories(draw) -> tuple[list[dict], int]:
     story = Story(f"fz{next(_runs)}")
     t = 0
     story.start(t)
-    written: list[tuple[int, int, str, bool]] = []  # step, blocking end, tier, node-held copy lost (not durable)
+    written: list[int] = []  # the steps of the completed writes
     for _ in range(draw(st.integers(0, 4))):
         # Training with checkpoints: each a start, then a completion `blocking` seconds later.
         for _ in range(draw(st.integers(0, 3))):
@@ -92,7 +92,7 @@ def stories(draw) -> tuple[list[dict], int]:
             if tier != "durable" and draw(st.booleans()):
                 durable_at = {"durable_at": moment(t + draw(st.integers(0, 900))).isoformat()}
             story.add("checkpoint.completed", t, step=story.step, blocking_s=blocking, bytes=1, tier=tier, **durable_at)
-            written.append((story.step, t, tier, bool(durable_at)))
+            written.append(story.step)
         else:
             t += draw(st.integers(1, 900))
         # A fault: a crash, a hang noticed late, or a planned stop; one or two reporters.
@@ -120,13 +120,13 @@ def stories(draw) -> tuple[list[dict], int]:
         # Restore: usually from the latest checkpoint; sometimes from one whose completion is lost, or an older one.
         choice = draw(st.integers(0, 5))
         if choice == 0 or not written:
-            step = draw(st.sampled_from((0, story.step)))
+            step = draw(st.sampled_from((0, story.step)))  # the step reached: perhaps a write the fault cut
             event("a restore from step 0 or the step reached")
         elif choice == 1:
-            step = draw(st.sampled_from(written))[0]
+            step = draw(st.sampled_from(written))
             event("a restore from any completed checkpoint")
         else:
-            step = written[-1][0]
+            step = written[-1]
         story.add("run.restored", t, from_step=step)
         story.step = step
     t += draw(st.integers(0, 900))
