@@ -75,6 +75,8 @@ def _detect(events: list[Event]) -> int:
             recorded += _record(_run_failed(event), event.time, action=_failure_action(data))
         elif event.type == "run.restored":
             _run_restored(event)
+        elif event.type in ("run.completed", "run.cancelled"):
+            _run_ended(event)
         elif event.type == "node.state":
             if event.node_name in heard:  # a heartbeat came first: it clears the node's alert, as it did in turn
                 _heartbeats_back({event.node_name: heard.pop(event.node_name)})
@@ -178,6 +180,16 @@ def _run_restored(event: Event) -> None:
     text = f"Run {run.name} trains again from step {event.data['from_step']:,}"
     services.run_mitigated(run=run, at=event.time, text=text)
     services.alerts_resolve(at=event.time, reason="the run trains again", run=run, kinds=("run_failed", "hang"))
+
+
+def _run_ended(event: Event) -> None:
+    """A run that ended loses nothing more: its open incident is mitigated (resolving it stays a person's call)."""
+    run = Run.objects.filter(name=event.run_name).first()
+    if run is None:
+        return
+    how = "completed" if event.type == "run.completed" else "was cancelled"
+    services.run_mitigated(run=run, at=event.time, text=f"Run {run.name} {how}: nothing more is lost")
+    services.alerts_resolve(at=event.time, reason=f"the run {how}", run=run, kinds=("run_failed", "hang"))
 
 
 def _node_state(event: Event) -> int:

@@ -100,10 +100,12 @@ def run_goodput(request, name):
         run=run, since=window.given.get("since"), until=window.given.get("until"), now=now
     )
     # The findings of the window the request names; with none, all of the run's (a run that never started has no span).
+    # Kept under the run's record version, as the run page keeps them: a long run's findings read its whole event log.
+    version = selectors.run_record_version(run=run)
     named = {"since": window.given.get("since"), "until": window.given.get("until")}
     quality = [
         {"code": f.code, "what": f.what, "at": f.at, "events": list(f.events), "resolution": f.resolution}
-        for f in selectors.findings_in(selectors.run_quality_get(run=run), **named)
+        for f in selectors.findings_in(selectors.run_quality_get(run=run, version=version), **named)
     ]
     body = {"run": run.name, "gpus": run.gpu_count, "gpus_claimed": run.gpus_claimed, **report_json(report)}
     return Response({**body, "data_quality": quality})

@@ -342,14 +342,13 @@ class _Resolved:
         writes = []  # clipped to the run
         written: dict[int, list[_Write]] = {}  # by step, looked up once per interruption
         for checkpoint in timeline.checkpoints:
-            # The hot loop of a long run (thousands of checkpoints): _us() inlined.
+            # The hot loop of a long run (thousands of checkpoints): _us() inlined, a plain tuple a write.
             start = (checkpoint.started_at - _EPOCH) // _US
             if checkpoint.blocking_s is None:  # never completed: blocks for nothing counted, bounds a restore of it
-                written.setdefault(checkpoint.step, []).append(_Write(start, None, None, False))
+                written.setdefault(checkpoint.step, []).append((start, None, checkpoint))
                 continue
             end = start + _blocking_us(checkpoint.blocking_s)
-            durable = None if checkpoint.durable_at is None else (checkpoint.durable_at - _EPOCH) // _US
-            written.setdefault(checkpoint.step, []).append(_Write(start, end, durable, checkpoint.tier in _NODE_TIERS))
+            written.setdefault(checkpoint.step, []).append((start, end, checkpoint))
             start, end = (start if start > started else started), (end if end < run_end else run_end)
             if start < end:
                 writes.append((start, end))
@@ -364,20 +363,19 @@ class _Resolved:
 _NODE_TIERS = frozenset({"memory", "local"})
 
 
-@dataclass(frozen=True, slots=True)
-class _Write:
-    """One step's checkpoint write, in microseconds: blocking [start, end), end None if it never completed."""
+# One step's checkpoint write: its blocking [start, end) in microseconds (end None: it never completed) and its span.
+_Write = tuple[int, int | None, CheckpointSpan]
 
-    start: int
-    end: int | None
-    durable: int | None  # when it was known durable
-    on_nodes: bool  # a memory or local copy: held on the run's nodes until durable
 
-    def survives(self, fault: int, node_named: bool) -> bool:
-        """Still there after the fault: written by then, and durable by then or a copy on nodes the fault spared."""
-        if self.end is None or self.end > fault:
-            return False
-        return (self.durable is not None and self.durable <= fault) or (self.on_nodes and not node_named)
+def _survives(write: _Write, fault: int, node_named: bool) -> bool:
+    """Still there after the fault: written by then, and durable by then or a memory or local copy (on the run's own
+    nodes) that the fault spared, naming no node."""
+    _start, end, checkpoint = write
+    if end is None or end > fault:
+        return False
+    if checkpoint.durable_at is not None and _us(checkpoint.durable_at) <= fault:
+        return True
+    return checkpoint.tier in _NODE_TIERS and not node_named
 
 
 def _labelled(
@@ -443,17 +441,17 @@ def _rewound_from(step: int | None, fault: int, node_named: bool, written: dict[
 
     1. the end of the blocking of that step's completed write, if it ended by the fault (the trainer loaded it);
     2. else the start of that step's write, if it started by the fault (its completion lost, or cut by the fault);
-    3. else the latest blocking end of an earlier step's write that survived the fault (_Write.survives);
+    3. else the latest blocking end of an earlier step's write that survived the fault (_survives);
     4. else `floor`. Not resumed yet (no step): all training since `floor` is taken as lost.
     """
     if step is None:
         return floor
     own = written.get(step, ())
-    point = max((w.end for w in own if w.end is not None and w.end <= fault), default=None)
+    point = max((end for _start, end, _ in own if end is not None and end <= fault), default=None)
     if point is None:
-        point = max((w.start for w in own if w.start <= fault), default=None)
+        point = max((start for start, _end, _ in own if start <= fault), default=None)
     if point is None:
-        earlier = (w.end for kept, ws in written.items() if kept < step for w in ws if w.survives(fault, node_named))
+        earlier = (w[1] for kept, ws in written.items() if kept < step for w in ws if _survives(w, fault, node_named))
         point = max(earlier, default=floor)
     return point if point > floor else floor
 

@@ -41,6 +41,20 @@ def test_the_restart_mitigates_the_incident(post):
     assert "trains again from step 3" in incident.timeline.get(kind="mitigated").text
 
 
+@pytest.mark.reliability(
+    "A run that failed and was then cancelled instead of restarted",
+    how="the failure, then run.cancelled, through POST /api/v1/events",
+    outcome="its incident mitigated at the cancellation (nothing more is lost) and the failure's alert resolved; "
+    "before: triggered for ever, its GPUs counted idle",
+)
+def test_a_run_that_ends_after_a_failure_mitigates_its_incident(post):
+    post(story_until_failure() + [event("run.cancelled", at(50), "c-1", run="r1", reason="given up")])
+    incident = Incident.objects.get()
+    assert (incident.status, incident.mitigated_at) == ("mitigated", at(50))
+    assert incident.alerts.get(kind="run_failed").status == "resolved"
+    assert "r1 was cancelled: nothing more is lost" in incident.timeline.get(kind="mitigated").text
+
+
 def test_the_watchdog_finds_a_hang_without_any_failure_event(post, django_capture_on_commit_callbacks):
     nodes = [f"h-{i}" for i in range(1, 65)]  # 8 GPUs a node
     steps = [event("run.started", at(0), "s", run="h1", cluster="c1", gpus=512, nodes=nodes, job_id="9")]

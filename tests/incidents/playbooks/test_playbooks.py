@@ -21,10 +21,13 @@ def test_an_xid_79_drains_the_node_and_restarts_the_run_on_a_spare_with_no_human
     assert sorted(latest.nodes.values_list("hostname", flat=True)) == ["n1", "s1"]
     assert Node.objects.get(hostname="n2").state == "in_repair"
     incident = Incident.objects.get()
-    assert incident.status == "mitigated"
+    assert incident.status == "triggered"  # the job runs again on the spare; the harm stops when the run trains again
     texts = list(incident.timeline.values_list("text", flat=True))
     assert any(t.startswith("Step requeue job done in") for t in texts)
     assert any("running again on" in t for t in texts)
+    post([event("run.restored", at(52), "rs-1", run="r1", from_step=3)])
+    incident.refresh_from_db()
+    assert (incident.status, incident.mitigated_at) == ("mitigated", at(52))
 
 
 def test_the_same_playbook_started_twice_for_one_node_runs_once(post, settings):
@@ -167,3 +170,23 @@ def test_the_run_page_shows_each_playbook_step_of_the_interruption_with_its_time
     assert f"drain-and-replace #{execution.pk}:" in html
     for step in execution.steps.all():
         assert step.name in html
+
+
+def test_a_node_incident_is_mitigated_when_its_node_is_out_of_service(
+    post, settings, django_capture_on_commit_callbacks
+):
+    # No run on n9: the harm is the bad GPU itself, and it stops when the node leaves service (the drain step).
+    settings.PLAYBOOK_AUTO_START = False
+    with time_machine.travel(at(47, 30)):
+        fleet = [event("node.heartbeat", at(40), f"hb-{i}", node=f"n{i}", cluster="c1") for i in range(9, 49)]
+        post(spares("s1") + fleet + xid_storm(3, node="n9", start=47))  # 40 nodes: the breaker allows one drain
+        incident, node = Incident.objects.get(), Node.objects.get(hostname="n9")
+        assert incident.run is None and incident.status == "triggered"
+        with django_capture_on_commit_callbacks(execute=True):  # its steps, as a worker would take them
+            execution = playbook_start(
+                playbook="drain-and-replace", actor=services.FLEETOPS, node=node, run=None, incident=incident
+            )
+    execution.refresh_from_db()
+    incident.refresh_from_db()
+    assert incident.status == "mitigated", (execution.status, execution.error)
+    assert incident.timeline.get(kind="mitigated").text.startswith("n9 out of service")
