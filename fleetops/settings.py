@@ -260,6 +260,7 @@ CELERY_BEAT_SCHEDULE = {
     "detect-pending": {"task": "incidents.tasks.detect_pending", "schedule": 60.0},
     "watch-hangs": {"task": "incidents.tasks.watch_hangs", "schedule": 60.0},
     "watch-heartbeats": {"task": "incidents.tasks.watch_heartbeats", "schedule": 60.0},
+    "auto-resolve": {"task": "incidents.tasks.auto_resolve", "schedule": 60.0},
     "detect-stragglers": {"task": "incidents.tasks.detect_stragglers", "schedule": 300.0},
     "detect-sdc": {"task": "incidents.tasks.detect_sdc", "schedule": 300.0},
     "detect-lemons": {"task": "incidents.tasks.detect_lemons", "schedule": 3600.0},
@@ -344,6 +345,8 @@ LOGGING = {
 # --- Detection and incidents ---
 # Alerts from one switch or rack within this many seconds group into one incident.
 INCIDENT_GROUP_WINDOW_S = env.int("INCIDENT_GROUP_WINDOW_S", default=900)
+# A mitigated incident whose alerts have all cleared is resolved by FleetOps after this many quiet seconds; 0: never.
+INCIDENT_AUTO_RESOLVE_S = env.float("INCIDENT_AUTO_RESOLVE_S", default=3600.0)
 # Hang watchdog: no step for longer than max(k x the usual step interval, the floor) is a hang.
 HANG_K = env.float("HANG_K", default=10.0)
 HANG_FLOOR_S = env.float("HANG_FLOOR_S", default=600.0)

@@ -11,7 +11,7 @@ from incidents.domain.response import IncidentTimes, response_metrics
 from incidents.models import Incident, PlaybookExecution, TimelineEntry
 from runs.domain import goodput
 from runs.models import Interruption, Node
-from runs.selectors import FlaggedNode, run_costs_get, run_timeline_get
+from runs.selectors import FlaggedNode, run_costs_get
 
 
 @dataclass(frozen=True)
@@ -29,38 +29,49 @@ NO_IMPACT = Impact(0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 def incident_impact(*, incident: Incident, now: datetime) -> Impact:
     """What the incident costs, computed from the run's record each time it is asked (so it updates live)."""
-    run = incident.run
-    if run is None or run.started_at is None:
-        return NO_IMPACT
-    costs = goodput.interruption_costs(run_timeline_get(run=run), now=now)
-    return _impact(incident, now, costs, down=_is_down(incident))
+    return incident_impacts_get(incidents=[incident], now=now)[incident.pk]
 
 
 def incident_impacts_get(*, incidents: list[Incident], now: datetime) -> dict[int, Impact]:
-    """incident_impact for many incidents (a list page), by incident id, in a fixed number of queries."""
+    """What each incident costs, by incident id, in a fixed number of queries however many (a list page).
+
+    An incident owns its run's interruptions from its start until the next incident of the run began (or it was
+    resolved): each interruption is charged to one incident, so a run's incidents together claim its failure badput
+    and never more. Its GPUs are idle only while one of its own interruptions has not trained again and the run has not
+    ended: an incident mitigated days ago shows nothing burning, whatever its run does now."""
     measured = [i for i in incidents if i.run is not None and i.run.started_at is not None]
     runs = list({i.run.pk: i.run for i in measured}.values())
     # The costs once a run, not once an incident: a 54-day run's hundreds of incidents share its one timeline.
     costs = run_costs_get(runs=runs, now=now)
-    down = _down_incidents([i for i in measured if i.is_open])
+    starts = _incident_starts([run.pk for run in runs])
+    spans = {i.pk: _owned_span(i, starts[i.run_id], now) for i in measured}
+    down = _down_incidents([i for i in measured if i.is_open and i.run.ended_at is None], spans)
     impacts = {i.pk: NO_IMPACT for i in incidents}
-    for incident in measured:
-        impacts[incident.pk] = _impact(incident, now, costs[incident.run.pk], down=incident.pk in down)
+    for i in measured:
+        impacts[i.pk] = _impact(i, now, costs[i.run.pk], spans[i.pk], down=i.pk in down)
     return impacts
 
 
-def _is_down(incident: Incident) -> bool:
-    """The incident is open and one of its run's interruptions since it started has not trained again yet."""
-    return (
-        incident.is_open
-        and incident.run.interruptions.filter(
-            fault_at__gte=incident.started_at - timedelta(seconds=1), resumed_at__isnull=True
-        ).exists()
-    )
+def _incident_starts(run_ids: list[int]) -> dict[int, list[datetime]]:
+    """The start of every incident of these runs, in order, by run id (one query)."""
+    starts: dict[int, list[datetime]] = {pk: [] for pk in run_ids}
+    for run_id, started_at in (
+        Incident.objects.filter(run_id__in=run_ids).order_by("started_at").values_list("run_id", "started_at")
+    ):
+        starts[run_id].append(started_at)
+    return starts
 
 
-def _down_incidents(incidents: list[Incident]) -> set[int]:
-    """_is_down for many open incidents, in one query: the ids of those that are down."""
+def _owned_span(incident: Incident, starts: list[datetime], now: datetime) -> tuple[datetime, datetime]:
+    """The faults the incident owns: from its start (less a second: a report stamped just before the first alert) to
+    the next incident of its run, its resolution, or now."""
+    later = starts[bisect_right(starts, incident.started_at) :]
+    until = min([incident.resolved_at or now, *later[:1]])
+    return incident.started_at - timedelta(seconds=1), until
+
+
+def _down_incidents(incidents: list[Incident], spans: dict[int, tuple[datetime, datetime]]) -> set[int]:
+    """The ids of those incidents (open, of runs still going) with an interruption of their own not resumed yet."""
     if not incidents:
         return set()
     faults = Interruption.objects.filter(run_id__in={i.run_id for i in incidents}, resumed_at__isnull=True).values_list(
@@ -72,17 +83,23 @@ def _down_incidents(incidents: list[Incident]) -> set[int]:
     return {
         i.pk
         for i in incidents
-        if any(fault_at >= i.started_at - timedelta(seconds=1) for fault_at in by_run.get(i.run_id, ()))
+        if any(spans[i.pk][0] <= fault_at < spans[i.pk][1] for fault_at in by_run.get(i.run_id, ()))
     }
 
 
-def _impact(incident: Incident, now: datetime, run_costs: list[goodput.InterruptionCost], *, down: bool) -> Impact:
-    """`run_costs`: goodput.interruption_costs of the incident's run, at `now`."""
+def _impact(
+    incident: Incident,
+    now: datetime,
+    run_costs: list[goodput.InterruptionCost],
+    span: tuple[datetime, datetime],
+    *,
+    down: bool,
+) -> Impact:
+    """`run_costs`: goodput.interruption_costs of the incident's run, at `now`; `span`: the faults it owns."""
     run = incident.run
-    until = incident.resolved_at or now
     # run_costs are in fault order: the incident's slice is found by bisection, not a scan a row of the board.
-    first = bisect_left(run_costs, incident.started_at - timedelta(seconds=1), key=_fault_at)
-    costs = run_costs[first : bisect_right(run_costs, until, key=_fault_at)]
+    first = bisect_left(run_costs, span[0], key=_fault_at)
+    costs = run_costs[first : bisect_left(run_costs, span[1], key=_fault_at)]
     lost = sum(c.gpu_hours for c in costs)
     run_hours = ((run.ended_at or now) - run.started_at).total_seconds() / 3600 * run.gpu_count
     gpus_idle = run.gpu_count if down else 0

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from incidents.domain.detectors import Finding
@@ -269,15 +269,19 @@ def _incident_for(
         incident = _adopt_unattributed(node=node, run=run, at=at)
         if incident is not None and grouping is not None:
             grouping.opened(incident)
+    # When it was noticed is what the record holds (a reporter's detected_at, else the signal's own time), never when
+    # FleetOps got to it: a replay of old history gives the same times as the live stream (issue 17).
+    detected = max(finding.detected_at or at, at)
     if incident is not None:
-        if incident.started_at > at:
-            incident.started_at = at
-            incident.save(update_fields=["started_at"])
+        started, noticed = min(incident.started_at, at), min(incident.detected_at, detected)
+        if (started, noticed) != (incident.started_at, incident.detected_at):
+            incident.started_at, incident.detected_at = started, max(noticed, started)
+            incident.save(update_fields=["started_at", "detected_at"])
         return incident
     try:
         with transaction.atomic():
             incident = Incident.objects.create(
-                title=finding.summary[:300], group_key=key, run=run, started_at=at, detected_at=timezone.now()
+                title=finding.summary[:300], group_key=key, run=run, started_at=at, detected_at=detected
             )
     except IntegrityError:
         return Incident.objects.select_for_update().get(group_key=key, status__in=Incident.OPEN)
@@ -572,6 +576,36 @@ def incident_resolve(*, incident: Incident, actor: Actor, override_reason: str =
     _entry(incident, kind="resolved", actor=actor, text=text, data={"firing": firing})
     postmortem_draft(incident=incident, actor=FLEETOPS, now=incident.resolved_at)
     return incident
+
+
+def incidents_auto_resolve(*, now: datetime, quiet_s: float) -> int:
+    """Resolve, as FleetOps, each mitigated incident whose harm stopped and whose alerts have all cleared, once nothing
+    has moved on it for `quiet_s` seconds (mitigation, its last alert's clearing or sighting). One a person reopened is
+    left to people. Returns how many were resolved."""
+    quiet = now - timedelta(seconds=quiet_s)
+    reopened = TimelineEntry.objects.filter(incident=OuterRef("pk"), kind=TimelineEntry.Kind.REOPENED)
+    moving = Alert.objects.filter(incident=OuterRef("pk")).filter(
+        Q(status="firing") | Q(resolved_at__gt=quiet) | Q(last_seen_at__gt=quiet)
+    )
+    due = Incident.objects.filter(status=Incident.Status.MITIGATED, mitigated_at__lte=quiet).filter(
+        ~Exists(reopened), ~Exists(moving)
+    )
+    resolved = 0
+    for incident in due.order_by("pk"):
+        with transaction.atomic():
+            incident = _locked(incident)
+            if incident.status != Incident.Status.MITIGATED:
+                continue
+            incident.status, incident.resolved_at = Incident.Status.RESOLVED, now
+            incident.save(update_fields=["status", "resolved_at"])
+            text = (
+                f"Resolved by FleetOps: the harm stopped at {incident.mitigated_at:%Y-%m-%d %H:%M} UTC and every alert "
+                f"has cleared, quiet for {quiet_s / 60:,.0f} min since (INCIDENT_AUTO_RESOLVE_S)"
+            )
+            _entry(incident, kind="resolved", at=now, text=text)
+            postmortem_draft(incident=incident, actor=FLEETOPS, now=now)
+            resolved += 1
+    return resolved
 
 
 @transaction.atomic

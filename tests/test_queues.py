@@ -113,6 +113,7 @@ TASK_NAMES = {
     "incidents.tasks.detect_pending",
     "incidents.tasks.watch_hangs",
     "incidents.tasks.watch_heartbeats",
+    "incidents.tasks.auto_resolve",
     "incidents.tasks.detect_stragglers",
     "incidents.tasks.detect_sdc",
     "incidents.tasks.detect_lemons",

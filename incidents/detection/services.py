@@ -16,7 +16,7 @@ from incidents.domain import detectors
 from incidents.domain.detectors import Finding
 from incidents.domain.xid import Action, XidSample, classify, dedupe_xids
 from incidents.models import Alert
-from runs.domain.cloudevents import parse_events
+from runs.domain.cloudevents import parse_events, parse_time
 from runs.models import Event, Interruption, Node, Run
 from runs.services import events_ingest
 
@@ -164,6 +164,7 @@ def _run_failed(event: Event) -> Finding:
         gpu=data.get("gpu"),
         run=event.run_name,
         evidence={k: v for k, v in data.items() if k in ("reason", "xid", "category", "kind", "detected_at")},
+        detected_at=parse_time(data["detected_at"]) if data.get("detected_at") else event.time,
     )
 
 

@@ -4,9 +4,11 @@ Names pinned (name=): queued messages, routes and the beat schedule know them by
 incidents/ was split into packages."""
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 from fleetops.celery import retry_transient
+from incidents import services
 from incidents.detection import services as detection
 
 
@@ -43,3 +45,11 @@ def detect_sdc() -> int:
 @shared_task(name="incidents.tasks.detect_lemons", **retry_transient())
 def detect_lemons() -> int:
     return detection.lemons_detect(now=timezone.now())
+
+
+@shared_task(name="incidents.tasks.auto_resolve", **retry_transient())
+def auto_resolve() -> int:
+    """Mitigated incidents whose alerts have cleared, resolved after the quiet period (off at 0)."""
+    if settings.INCIDENT_AUTO_RESOLVE_S <= 0:
+        return 0
+    return services.incidents_auto_resolve(now=timezone.now(), quiet_s=settings.INCIDENT_AUTO_RESOLVE_S)

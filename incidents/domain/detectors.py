@@ -35,6 +35,7 @@ class Finding:
     evidence: dict = field(default_factory=dict)
     action: Action = Action.NONE
     count: int = 1  # occurrences folded into this finding (an Xid storm is one finding)
+    detected_at: datetime | None = None  # when it was noticed, if the source says (run.failed's detected_at); else at
 
     @property
     def recommended_action(self) -> str:

@@ -1,6 +1,9 @@
 """From events to incidents, in-process: an Xid storm and a failure make one incident; people act on it."""
 
+from datetime import timedelta
+
 import pytest
+import time_machine
 from django.contrib.auth.models import Group
 
 from incidents.detection import services as detection
@@ -197,3 +200,87 @@ def test_an_xid_detected_before_its_run_is_known_joins_the_run_incident(post):
     assert set(incident.alerts.values_list("kind", flat=True)) == {"xid", "run_failed", "node_state"}
     assert not incident.alerts.filter(run__isnull=True).exists()
     assert incident.timeline.filter(kind="note", text__startswith="Attributed to run r1").count() == 1
+
+
+@pytest.mark.reliability(
+    "One failure's history posted live, and the same history replayed three days later",
+    how="failure_and_restart through POST /api/v1/events, with the clock just after its end and three days on",
+    outcome="the incident's started, detected and mitigated times identical, from the record (the fault, the "
+    "earliest detection, the run training again); before: detected was when FleetOps processed the event, so a "
+    "replay's MTTD came out in days",
+)
+@pytest.mark.parametrize("late", [timedelta(minutes=2), timedelta(days=3)])
+def test_an_incident_is_timed_from_the_record_not_from_when_it_was_processed(post, late):
+    events = [e for e in failure_and_restart() if e["type"] != "gpu.xid"]  # the scheduler's report alone
+    with time_machine.travel(at(120) + late):  # the story ends at +120 min: just after it, or days later
+        post(events)
+    incident = Incident.objects.get()
+    assert (incident.started_at, incident.detected_at, incident.mitigated_at) == (at(45), at(46), at(58))
+
+
+@pytest.mark.reliability(
+    "Incidents left mitigated with no alert firing (34 of the demo's 36 sat there for weeks)",
+    how="a failure and its restart through the API, then the auto-resolve sweep at the quiet period and after it",
+    outcome="resolved by FleetOps once every alert cleared and an hour passed quiet, saying why; not while an "
+    "alert still fires, not once a person reopened it, never with INCIDENT_AUTO_RESOLVE_S=0",
+)
+def test_a_mitigated_incident_whose_alerts_cleared_is_resolved_after_the_quiet_period(post, settings):
+    from incidents import services
+    from incidents.detection.tasks import auto_resolve
+
+    post([e for e in failure_and_restart() if e["type"] != "gpu.xid"])
+    incident = Incident.objects.get()
+    assert incident.status == "mitigated" and incident.mitigated_at == at(58)
+    # The scheduler cordoned n2 (Xid 79): that alert still fires, so the incident waits however long.
+    assert [a.kind for a in incident.alerts.filter(status="firing")] == ["node_state"]
+    assert services.incidents_auto_resolve(now=at(600), quiet_s=3600) == 0
+    post([event("node.state", at(70), "back-1", node="n2", state="in_service", reason="repaired")])
+    assert not incident.alerts.filter(status="firing").exists()
+    assert services.incidents_auto_resolve(now=at(70 + 59), quiet_s=3600) == 0  # not an hour quiet yet
+    settings.INCIDENT_AUTO_RESOLVE_S = 0
+    with time_machine.travel(at(600)):
+        assert auto_resolve() == 0  # off
+    settings.INCIDENT_AUTO_RESOLVE_S = 3600
+    with time_machine.travel(at(70 + 61)):
+        assert auto_resolve() == 1
+    incident.refresh_from_db()
+    assert incident.status == "resolved" and incident.resolved_at == at(70 + 61)
+    assert incident.timeline.get(kind="resolved").text.startswith("Resolved by FleetOps: the harm stopped at")
+
+    # A person reopened it: FleetOps leaves it to people, however quiet.
+    services.incident_reopen(incident=incident, actor=services.FLEETOPS, reason="the GPU is still suspect")
+    Incident.objects.filter(pk=incident.pk).update(status="mitigated", mitigated_at=at(58))
+    assert services.incidents_auto_resolve(now=at(6000), quiet_s=3600) == 0
+
+
+@pytest.mark.reliability(
+    "Two outages of one run, the first mitigated, the second still down; then the run cancelled",
+    how="failure_and_restart's first hour and a second fault at +100 min through the API; the board's impacts",
+    outcome="each incident owns its own interruption: the first shows nothing idle, the second the run's 16 GPUs; "
+    "together they claim exactly the run's failure badput; none idle once the run ended (before: every incident of "
+    "the run showed its current outage, and each claimed every later interruption as well)",
+)
+def test_each_incident_owns_its_own_interruptions_and_burns_only_while_they_last(post):
+    from incidents.selectors import incident_impacts_get
+    from runs.domain.goodput import interruption_costs
+    from runs.selectors import run_timeline_get
+
+    story = [e for e in failure_and_restart() if e["time"] < "2026-03-01T01:30:00Z"]
+    second = event("run.failed", at(100), "f-2", run="r1", reason="NCCL timeout", detected_at=at(101).isoformat())
+    post(story + [second])
+    first, later = Incident.objects.order_by("started_at")
+    now = at(110)
+    impacts = incident_impacts_get(incidents=[first, later], now=now)
+    assert (impacts[first.pk].gpus_idle, impacts[later.pk].gpus_idle) == (0, 16)
+    assert impacts[first.pk].cost_per_minute_usd == 0 and impacts[later.pk].cost_per_minute_usd > 0
+    run = Run.objects.get(name="r1")
+    lost = [c.gpu_hours for c in interruption_costs(run_timeline_get(run=run), now=now)]
+    assert impacts[first.pk].gpu_hours_lost == pytest.approx(lost[0])
+    assert impacts[later.pk].gpu_hours_lost == pytest.approx(lost[1])
+    assert sum(i.gpu_hours_lost for i in impacts.values()) == pytest.approx(sum(lost))
+
+    post([event("run.cancelled", at(112), "c-9", run="r1")])
+    later.refresh_from_db()
+    run.refresh_from_db()
+    after = incident_impacts_get(incidents=[Incident.objects.get(pk=later.pk)], now=at(130))[later.pk]
+    assert after.gpus_idle == 0 and after.cost_per_minute_usd == 0
