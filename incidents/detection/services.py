@@ -281,7 +281,9 @@ def hangs_detect(*, now: datetime) -> int:
                     "source": WATCHDOG,
                     "id": f"hang:{run.name}:{silent_since.isoformat()}",
                     "type": "run.failed",
-                    "time": _ts(silent_since),
+                    # The hang began after the last sign of progress, not at it: stamped at that instant it would
+                    # end the attempt before a restore of the same instant resumed it (docs/DOMAIN.md section 2).
+                    "time": _ts(silent_since + timedelta(microseconds=1)),
                     "data": {
                         "run": run.name,
                         "reason": finding.explanation,

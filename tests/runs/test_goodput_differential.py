@@ -103,7 +103,8 @@ def stories(draw) -> tuple[list[dict], int]:
             planned = draw(st.integers(0, 5)) == 0
             on_node = {"node": node} if node else {}
             report = {"detected_at": moment(detected).isoformat()} if draw(st.integers(0, 4)) else {}
-            story.add("run.failed", fault, SCHEDULER, reason="fault", planned=planned, **on_node, **report)
+            kind = draw(st.sampled_from(("crash", "hang")))  # a watchdog's hang may be stamped at a restore's instant
+            story.add("run.failed", fault, SCHEDULER, reason="fault", planned=planned, kind=kind, **on_node, **report)
             if draw(st.integers(0, 2)) == 0:  # the node agent saw it too: its own fault time and detection
                 event("two reporters of one fault")
                 second = fault + draw(st.integers(0, 60))

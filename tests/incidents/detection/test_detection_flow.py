@@ -69,10 +69,29 @@ def test_the_watchdog_finds_a_hang_without_any_failure_event(post, django_captur
     run = Run.objects.get(name="h1")
     assert run.state == "restarting"
     interruption = run.interruptions.get()
-    assert (interruption.kind, interruption.fault_at, interruption.detected_at) == ("hang", at(30), at(45))
+    after_last_step = at(30) + timedelta(microseconds=1)  # the hang began after the last sign of progress
+    assert (interruption.kind, interruption.fault_at, interruption.detected_at) == ("hang", after_last_step, at(45))
     incident = Incident.objects.get(run=run)
     assert incident.alerts.get().kind == "hang" and incident.severity == "SEV2"  # 512 GPUs idle
     assert detection.hangs_detect(now=at(50)) == 0  # the run is restarting now, not hung again
+
+
+@pytest.mark.reliability(
+    "A run restored from its checkpoint that then never steps: the watchdog's hang, whose last sign of progress is "
+    "the restore itself",
+    how="failure_and_restart up to its restore through the API, no step after; the hang watchdog two hours later",
+    outcome="the restore resumes the first interruption and the hang is a second one just after it (before: the hang, "
+    "stamped at the restore's instant, ended the attempt first; the restore then resumed nothing and the run page "
+    "showed goodput 0)",
+)
+def test_a_hang_at_the_instant_of_a_restore_comes_after_it(post, django_capture_on_commit_callbacks):
+    post([e for e in failure_and_restart() if e["time"] <= "2026-03-01T00:58:00Z" and e["type"] != "run.step"])
+    with django_capture_on_commit_callbacks(execute=True):
+        assert detection.hangs_detect(now=at(180)) == 1
+    run = Run.objects.get(name="r1")
+    first, hang = run.interruptions.order_by("fault_at")
+    assert (first.resumed_at, first.resumed_from_step) == (at(58), 3)
+    assert (hang.kind, hang.fault_at) == ("hang", at(58) + timedelta(microseconds=1))
 
 
 def test_heartbeat_loss_and_return(post):
