@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, Max, Min, Q, Sum
+from django.db.models import Count, Exists, Max, Min, OuterRef, Q, Sum
 
 from incidents.domain.response import IncidentTimes, response_metrics
 from incidents.models import Incident, PlaybookExecution, TimelineEntry
@@ -52,30 +52,39 @@ def incident_impacts_get(*, incidents: list[Incident], now: datetime) -> dict[in
     return impacts
 
 
-def _incident_starts(run_ids: list[int]) -> dict[int, list[datetime]]:
-    """The start of every incident of these runs, in order, by run id (one query)."""
-    starts: dict[int, list[datetime]] = {pk: [] for pk in run_ids}
-    for run_id, started_at in (
-        Incident.objects.filter(run_id__in=run_ids).order_by("started_at").values_list("run_id", "started_at")
-    ):
-        starts[run_id].append(started_at)
+# A run.failed stamped just before the incident's first alert (the scheduler's report of an Xid the agent sent first)
+# is still the incident's own fault.
+_LEAD = timedelta(seconds=1)
+
+
+def _incident_starts(run_ids: list[int]) -> dict[int, list[tuple[datetime, int]]]:
+    """(start, id) of every incident of these runs, in order, by run id (one query)."""
+    starts: dict[int, list[tuple[datetime, int]]] = {pk: [] for pk in run_ids}
+    rows = Incident.objects.filter(run_id__in=run_ids).order_by("started_at", "pk")
+    for run_id, started_at, pk in rows.values_list("run_id", "started_at", "pk"):
+        starts[run_id].append((started_at, pk))
     return starts
 
 
-def _owned_span(incident: Incident, starts: list[datetime], now: datetime) -> tuple[datetime, datetime]:
-    """The faults the incident owns: from its start (less a second: a report stamped just before the first alert) to
-    the next incident of its run, its resolution, or now."""
-    later = starts[bisect_right(starts, incident.started_at) :]
-    until = min([incident.resolved_at or now, *later[:1]])
-    return incident.started_at - timedelta(seconds=1), until
+def _owned_span(incident: Incident, starts: list[tuple[datetime, int]], now: datetime) -> tuple[datetime, datetime]:
+    """The faults the incident owns, [from, until): from a second before its start to a second before the next
+    incident of its run began (so each fault is one incident's), or to its resolution, or now."""
+    later = starts[bisect_right(starts, (incident.started_at, incident.pk)) :]
+    until = min([incident.resolved_at or now, *(start - _LEAD for start, _ in later[:1])])
+    return incident.started_at - _LEAD, max(until, incident.started_at - _LEAD)
 
 
 def _down_incidents(incidents: list[Incident], spans: dict[int, tuple[datetime, datetime]]) -> set[int]:
-    """The ids of those incidents (open, of runs still going) with an interruption of their own not resumed yet."""
+    """The ids of those incidents (open, of runs still going) that own their run's latest interruption, not resumed
+    yet: an earlier one never resumed was cut short by a later fault (a failure during reload), and the later one's
+    resume ends the outage for both."""
     if not incidents:
         return set()
-    faults = Interruption.objects.filter(run_id__in={i.run_id for i in incidents}, resumed_at__isnull=True).values_list(
-        "run_id", "fault_at"
+    later = Interruption.objects.filter(run_id=OuterRef("run_id"), fault_at__gt=OuterRef("fault_at"))
+    faults = (
+        Interruption.objects.filter(run_id__in={i.run_id for i in incidents}, resumed_at__isnull=True)
+        .filter(~Exists(later))
+        .values_list("run_id", "fault_at")
     )
     by_run: dict[int, list[datetime]] = {}
     for run_id, fault_at in faults:

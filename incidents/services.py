@@ -470,9 +470,10 @@ def incident_page_human(*, incident: Incident, why: str) -> None:
 
 
 def run_mitigated(*, run: Run, at: datetime, text: str) -> None:
-    """The run trains again: its open, unmitigated incident is mitigated."""
+    """The run trains again, or ended: its open, unmitigated incident that began by then is mitigated (a late event
+    from before it began says nothing of it)."""
     for incident in Incident.objects.select_for_update().filter(
-        run=run, status__in=[Incident.Status.TRIGGERED, Incident.Status.ACKNOWLEDGED]
+        run=run, status__in=[Incident.Status.TRIGGERED, Incident.Status.ACKNOWLEDGED], started_at__lte=at
     ):
         incident.status, incident.mitigated_at = Incident.Status.MITIGATED, at
         incident.save(update_fields=["status", "mitigated_at"])

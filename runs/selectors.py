@@ -13,10 +13,12 @@ from django.core.cache import cache
 from django.db import connection
 from django.db.models import (
     BooleanField,
+    Case,
     Count,
     DurationField,
     ExpressionWrapper,
     F,
+    FloatField,
     IntegerField,
     Max,
     Min,
@@ -26,6 +28,7 @@ from django.db.models import (
     Subquery,
     Sum,
     Value,
+    When,
 )
 from django.db.models.functions import Coalesce, Concat
 
@@ -189,7 +192,8 @@ def _checkpoint_rows(checkpoints: QuerySet, *first: str) -> QuerySet:
             "step",
             Coalesce("started_at", "completed_at"),
             ExpressionWrapper(Q(started_at__isnull=False), output_field=BooleanField()),
-            "blocking_s",
+            # A completion older than the step's latest start was an earlier write's: this one never completed.
+            Case(When(completed_at__lt=F("started_at"), then=None), default="blocking_s", output_field=FloatField()),
             # The durable time as a lag from that timestamp: an interval costs a fraction of a timestamp to parse.
             ExpressionWrapper(F("durable_at") - Coalesce("started_at", "completed_at"), output_field=DurationField()),
             "tier",
@@ -568,8 +572,9 @@ def run_quality_get(*, run: Run, version: str | None = None) -> list[quality.Fin
 
 def _blocked_until(started_at, completed_at, blocking_s) -> datetime | None:
     """Where a write's blocking ended, as the engine places it (runs.selectors._checkpoint_span): from its start for
-    its cost, or at its completion when the start never arrived; None for a write never completed (cost unknown)."""
-    if blocking_s is None:
+    its cost, or at its completion when the start never arrived; None for a write never completed (cost unknown, or
+    its completion older than its start: an earlier write's)."""
+    if blocking_s is None or (started_at is not None and completed_at is not None and completed_at < started_at):
         return None
     return started_at + timedelta(seconds=max(blocking_s, 0.0)) if started_at is not None else completed_at
 

@@ -321,6 +321,8 @@ def _writes(checkpoint_events: list[Event]) -> dict[int, Write]:
         start_event = latest_start.get(step)
         done = latest_completion.get(step)
         start = start_event.time if start_event is not None else None
+        if done is not None and start is not None and done.time < start:
+            done = None  # "a latest completion older than the latest start was the earlier write's"
         if done is None:
             writes[step] = Write(step, start, None, 0, None, None, failed=step in failed_steps)
             continue

@@ -172,3 +172,32 @@ def test_a_restore_of_a_write_never_completed_or_failed_through_the_record(post,
     assert (lost["detection_s"], lost["rescheduling_s"], lost["reload_s"], lost["checkpoint_s"]) == (30, 270, 300, 10)
     assert (lost["rewound_s"], body["productive_s"]) == (rewound, 5400 - 30 - 270 - 300 - 10 - rewound)
     assert [f["code"] for f in body["data_quality"]] == ["restore_checkpoint_unknown"]
+
+
+def test_a_step_written_again_whose_second_completion_was_lost_never_completed(post, reader):
+    # Step 10 written 00:10:00-00:10:30; a fault at 00:20 rewinds to step 5 (00:05:10); the run writes step 10 again
+    # from 00:40:00, its completion lost; a fault at 00:45 and a restore of step 10. The first write's completion
+    # (00:10:30, 30 s) is not the second's: the second never completed, so rule 2 rewinds to its start, 00:40:00 - 5
+    # min lost to the second fault, none of it counted as that write's blocking.
+    def start(t, job):
+        return event("run.started", t, f"p-{job}", run="pw", cluster="c1", gpus=8, nodes=["n1"], job_id=job)
+
+    post([
+        start(at(0), "1"),
+        event("checkpoint.started", at(5), "p-c5", run="pw", step=5),
+        event("checkpoint.completed", at(5, 10), "p-d5", run="pw", step=5, blocking_s=10, bytes=1, tier="durable"),
+        event("checkpoint.started", at(10), "p-c10", run="pw", step=10),
+        event("checkpoint.completed", at(10, 30), "p-d10", run="pw", step=10, blocking_s=30, bytes=1, tier="durable"),
+        event("run.failed", at(20), "p-f1", run="pw", reason="Xid 79"),
+        start(at(25), "2"),
+        event("run.restored", at(30), "p-r1", run="pw", from_step=5),
+        event("checkpoint.started", at(40), "p-c10b", run="pw", step=10),
+        event("run.failed", at(45), "p-f2", run="pw", reason="Xid 79"),
+        start(at(50), "3"),
+        event("run.restored", at(55), "p-r2", run="pw", from_step=10),
+        event("run.completed", at(60), "p-end", run="pw"),
+    ])  # fmt: skip
+    body = reader.get("/api/v1/runs/pw/goodput").json()
+    # Rewound: 00:05:10-00:20 (14 min 50 s) for the first fault, 00:40-00:45 (5 min) for the second.
+    assert body["badput"]["rewound_s"] == 890 + 300
+    assert body["badput"]["checkpoint_s"] == 10  # step 5's only: step 10's first write lies in rewound work

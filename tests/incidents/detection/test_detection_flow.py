@@ -303,3 +303,23 @@ def test_each_incident_owns_its_own_interruptions_and_burns_only_while_they_last
     run.refresh_from_db()
     after = incident_impacts_get(incidents=[Incident.objects.get(pk=later.pk)], now=at(130))[later.pk]
     assert after.gpus_idle == 0 and after.cost_per_minute_usd == 0
+
+
+def test_an_outage_with_a_fault_during_reload_stops_burning_when_the_run_trains_again(post):
+    # Fault 00:45, restart 00:55, a second fault during the reload at 00:56, restart 00:57, training again 01:00: the
+    # first interruption never resumes (the second cut its reload), yet the outage is over at 01:00.
+    story = [e for e in failure_and_restart() if e["time"] < "2026-03-01T00:55:00Z" and e["type"] != "gpu.xid"]
+    story += [
+        event("run.started", at(55), "c-1", run="r1", cluster="test-cluster", gpus=16, nodes=["n1", "n3"], job_id="2"),
+        event("run.failed", at(56), "c-2", run="r1", reason="NCCL init failed"),
+        event("run.started", at(57), "c-3", run="r1", cluster="test-cluster", gpus=16, nodes=["n1", "n4"], job_id="3"),
+    ]
+    post(story)
+    from incidents.selectors import incident_impacts_get
+
+    (incident,) = Incident.objects.all()
+    assert incident_impacts_get(incidents=[incident], now=at(58))[incident.pk].gpus_idle == 16  # still reloading
+    post([event("run.restored", at(60), "c-4", run="r1", from_step=3)])
+    incident.refresh_from_db()
+    assert incident.status == "mitigated"
+    assert incident_impacts_get(incidents=[incident], now=at(70))[incident.pk].gpus_idle == 0
