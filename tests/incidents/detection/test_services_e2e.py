@@ -54,5 +54,6 @@ def test_the_watchdog_finds_a_hang_through_the_worker(writer, worker):
     assert incident.severity == "SEV1"  # 2,048 GPUs idle
     assert incident.alerts.get().kind == "hang"
     interruption = Run.objects.get(name="h1").interruptions.get()
-    assert (interruption.kind, interruption.fault_at) == ("hang", start + timedelta(minutes=40))
+    # Just after the last step (1 us): the hang began after the last sign of progress.
+    assert (interruption.kind, interruption.fault_at) == ("hang", start + timedelta(minutes=40, microseconds=1))
     assert Event.objects.get(source="fleetops/watchdog").type == "run.failed"
