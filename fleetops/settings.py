@@ -353,6 +353,9 @@ HANG_FLOOR_S = env.float("HANG_FLOOR_S", default=600.0)
 # Identical Xids on one GPU closer together than this are one fault (a storm), counted, alerted once.
 XID_DEDUPE_WINDOW_S = env.float("XID_DEDUPE_WINDOW_S", default=300.0)
 HEARTBEAT_TIMEOUT_S = env.float("HEARTBEAT_TIMEOUT_S", default=300.0)
+# A run restarting with no event for this long (seconds) raises a "silent" alert, and its downtime stops growing at
+# its last event plus this: nobody has said what became of it (docs/DOMAIN.md section 2). A new event revives it.
+RUN_SILENT_S = env.float("RUN_SILENT_S", default=21600.0)
 RETIRED_PAGES_THRESHOLD = env.int("RETIRED_PAGES_THRESHOLD", default=60)
 GPU_SLOWDOWN_C = env.float("GPU_SLOWDOWN_C", default=87.0)
 STRAGGLER_THRESHOLD_MADS = env.float("STRAGGLER_THRESHOLD_MADS", default=3.5)

@@ -5,13 +5,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, Exists, Max, Min, OuterRef, Q, Sum
+from django.db.models import Count, Exists, OuterRef, Q, Sum, prefetch_related_objects
+from django.utils import timezone
 
 from incidents.domain.response import IncidentTimes, response_metrics
 from incidents.models import Incident, PlaybookExecution, TimelineEntry
 from runs.domain import goodput
 from runs.models import Interruption, Node
-from runs.selectors import FlaggedNode, run_costs_get
+from runs.selectors import FlaggedNode, run_costs_get, runs_heard_until_get
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,10 @@ class Impact:
     rewound_min: float
     gpu_hours_per_minute: float  # burning now, while GPUs are idle
     cost_per_minute_usd: float
+    # The run restarts and has been silent past RUN_SILENT_S since this moment: its loss stopped being counted.
+    silent_since: datetime | None = None
+    interruptions: int = 0  # of its run's, those it owns
+    gpus_idled: int = 0  # the GPUs its faults idled, now or before (its run's, once it owns an interruption)
 
 
 NO_IMPACT = Impact(0, 0.0, 0.0, 0.0, 0.0, 0.0)
@@ -39,17 +44,54 @@ def incident_impacts_get(*, incidents: list[Incident], now: datetime) -> dict[in
     resolved): each interruption is charged to one incident, so a run's incidents together claim its failure badput
     and never more. Its GPUs are idle only while one of its own interruptions has not trained again and the run has not
     ended: an incident mitigated days ago shows nothing burning, whatever its run does now."""
-    measured = [i for i in incidents if i.run is not None and i.run.started_at is not None]
-    runs = list({i.run.pk: i.run for i in measured}.values())
+    return _impacts(incidents, now, _live_get(incidents, now))
+
+
+def _impacts(incidents: list[Incident], now: datetime, live: "_Live") -> dict[int, Impact]:
+    """incident_impacts_get with the live state of these incidents (or of a list holding them) already read."""
     # The costs once a run, not once an incident: a 54-day run's hundreds of incidents share its one timeline.
-    costs = run_costs_get(runs=runs, now=now)
-    starts = _incident_starts([run.pk for run in runs])
-    spans = {i.pk: _owned_span(i, starts[i.run_id], now) for i in measured}
-    down = _down_incidents([i for i in measured if i.is_open and i.run.ended_at is None], spans)
+    measured = [i for i in incidents if i.pk in live.spans]
+    costs = run_costs_get(runs=list({i.run.pk: i.run for i in measured}.values()), now=now)
     impacts = {i.pk: NO_IMPACT for i in incidents}
     for i in measured:
-        impacts[i.pk] = _impact(i, now, costs[i.run.pk], spans[i.pk], down=i.pk in down)
+        silent_since = live.silent.get(i.run_id) if i.pk in live.down else None
+        impacts[i.pk] = _impact(
+            i,
+            now,
+            costs[i.run.pk],
+            live.spans[i.pk],
+            down=i.pk in live.burning,
+            silent_since=silent_since,
+        )
     return impacts
+
+
+@dataclass(frozen=True)
+class _Live:
+    measured: list[Incident]  # those with a run that started
+    spans: dict[int, tuple[datetime, datetime]]  # the faults each owns (_owned_span)
+    silent: dict[int, datetime]  # run id -> silent since, of runs restarting and silent past RUN_SILENT_S
+    down: set[int]  # incidents whose own interruption is still down (_down_incidents)
+    burning: set[int]  # of them, those of runs not silent: GPUs idle, counted now
+
+
+def _live_get(incidents: list[Incident], now: datetime) -> _Live:
+    measured = [i for i in incidents if i.run is not None and i.run.started_at is not None]
+    runs = list({i.run.pk: i.run for i in measured}.values())
+    starts = _incident_starts([run.pk for run in runs])
+    spans = {i.pk: _owned_span(i, starts[i.run_id], now) for i in measured}
+    # A run silent while restarting burns nothing counted: nobody knows it is still down (RUN_SILENT_S).
+    silence = timedelta(seconds=settings.RUN_SILENT_S)
+    silent = {pk: until - silence for pk, until in runs_heard_until_get(runs=runs).items() if until < now}
+    down = _down_incidents([i for i in measured if i.is_open and i.run.ended_at is None], spans)
+    burning = {i.pk for i in measured if i.pk in down and i.run_id not in silent}
+    return _Live(measured, spans, silent, down, burning)
+
+
+def incidents_burning_get(*, incidents: list[Incident], now: datetime) -> set[int]:
+    """The ids of those incidents idling GPUs now (their own interruption down, their run neither ended nor silent),
+    without pricing them: what the nav badge needs, a few queries however many incidents."""
+    return _live_get(incidents, now).burning
 
 
 # A run.failed stamped just before the incident's first alert (the scheduler's report of an Xid the agent sent first)
@@ -103,6 +145,7 @@ def _impact(
     span: tuple[datetime, datetime],
     *,
     down: bool,
+    silent_since: datetime | None = None,
 ) -> Impact:
     """`run_costs`: goodput.interruption_costs of the incident's run, at `now`; `span`: the faults it owns."""
     run = incident.run
@@ -110,16 +153,20 @@ def _impact(
     first = bisect_left(run_costs, span[0], key=_fault_at)
     costs = run_costs[first : bisect_left(run_costs, span[1], key=_fault_at)]
     lost = sum(c.gpu_hours for c in costs)
-    run_hours = ((run.ended_at or now) - run.started_at).total_seconds() / 3600 * run.gpu_count
+    # Over the run's record: to its end, now, or where a silent restart stopped being counted.
+    end = run.ended_at or (now if silent_since is None else silent_since + timedelta(seconds=settings.RUN_SILENT_S))
+    run_hours = (end - run.started_at).total_seconds() / 3600 * run.gpu_count
     gpus_idle = run.gpu_count if down else 0
-    per_minute = gpus_idle / 60
     return Impact(
         gpus_idle=gpus_idle,
         gpu_hours_lost=lost,
         goodput_lost=lost / run_hours if run_hours else 0.0,
         rewound_min=sum(c.rewound_min for c in costs),
-        gpu_hours_per_minute=per_minute,
-        cost_per_minute_usd=per_minute * settings.GPU_HOUR_COST_USD,
+        gpu_hours_per_minute=gpus_idle / 60,
+        cost_per_minute_usd=cost_per_minute_usd(gpus_idle),
+        silent_since=silent_since,
+        interruptions=len(costs),
+        gpus_idled=run.gpu_count if costs else 0,
     )
 
 
@@ -138,6 +185,70 @@ def incidents_list(*, status: str = "", severity: str = "", run: str = "", node:
         .order_by("severity", "-started_at", "-id")
     )
     return _filtered(incidents, status=status, severity=severity, run=run, node=node, open_only=open_only)
+
+
+NEEDS_PERSON, OTHER_OPEN, CLOSED = "needs a person", "open", "resolved or closed"
+
+
+@dataclass(frozen=True)
+class BoardPage:
+    groups: list[tuple[str, list[Incident], int]]  # (attention, its incidents on this page, how many on all pages)
+    total: int
+    gpus_idle: int = 0  # by the matching incidents, now (each incident's Impact.gpus_idle, added up)
+
+    @property
+    def cost_per_minute_usd(self) -> float:
+        return cost_per_minute_usd(self.gpus_idle)
+
+
+def cost_per_minute_usd(gpus_idle: int) -> float:
+    """What idle GPUs cost a minute (GPU_HOUR_COST_USD): an incident's burn, and the fleet's on the overview."""
+    return gpus_idle / 60 * settings.GPU_HOUR_COST_USD
+
+
+def incident_board_get(*, first: int, size: int, now: datetime, **filters) -> BoardPage:
+    """A page of incidents_list(**filters) in the order the on-call works them: what needs a person first (nobody
+    acknowledged it, or it idles GPUs now), unacknowledged before acknowledged, then by what it burns now, then
+    severity, newest first; then the other open ones in that order; resolved and closed last, by severity, newest
+    first. Each incident on the page carries its .impact; the order is total, so pages never swap rows."""
+    rows = incidents_list(**filters)
+    opened = list(rows.filter(status__in=Incident.OPEN))
+    live = _live_get(opened, now)
+    burning = live.burning
+    triggered = Incident.Status.TRIGGERED
+
+    def burn(incident: Incident) -> int:
+        return incident.run.gpu_count if incident.pk in burning else 0
+
+    def needs(incident: Incident) -> bool:
+        return incident.status == triggered or incident.pk in burning
+
+    def order(i: Incident) -> tuple:
+        return (not needs(i), i.status != triggered, -burn(i), i.severity, -i.started_at.timestamp(), -i.pk)
+
+    opened.sort(key=order)
+    page = opened[first : first + size]
+    impacts = _impacts(page, now, live)
+    closed_total = 0 if filters.get("open_only") else rows.exclude(status__in=Incident.OPEN).count()
+    if len(page) < size and closed_total:
+        skip = max(first - len(opened), 0)
+        closed = list(rows.exclude(status__in=Incident.OPEN)[skip : skip + size - len(page)])
+        impacts |= incident_impacts_get(incidents=closed, now=now)
+        page += closed
+    prefetch_related_objects(page, "nodes")
+    for incident in page:
+        incident.impact = impacts[incident.pk]
+    attention = {i.pk: NEEDS_PERSON if needs(i) else OTHER_OPEN for i in opened}
+    needing = sum(needs(i) for i in opened)
+    totals = {NEEDS_PERSON: needing, OTHER_OPEN: len(opened) - needing, CLOSED: closed_total}
+    groups: dict[str, list[Incident]] = {}
+    for incident in page:
+        groups.setdefault(attention.get(incident.pk, CLOSED), []).append(incident)
+    return BoardPage(
+        [(name, shown, totals[name]) for name, shown in groups.items()],
+        len(opened) + closed_total,
+        gpus_idle=sum(burn(i) for i in opened),
+    )
 
 
 @dataclass(frozen=True)
@@ -181,18 +292,28 @@ class OpenSummary:
     count: int
     worst: str | None  # the most severe open incident's severity ("SEV1" sorts first), None when none is open
     latest_id: int | None
+    needs_person: int = 0  # open and unacknowledged, or idling GPUs now (the board's first group)
+    needs_worst: str | None = None  # the most severe of those
 
     @property
     def signature(self) -> str:
-        """Changes when an incident opens or one closes: pages compare it to know when to reload their list."""
-        return f"{self.count}.{self.latest_id or 0}"
+        """Changes when an incident opens or closes, or starts or stops needing a person: pages compare it to know
+        when to reload their list."""
+        return f"{self.count}.{self.latest_id or 0}.{self.needs_person}"
 
 
-def open_incidents_summary() -> OpenSummary:
-    row = Incident.objects.filter(status__in=Incident.OPEN).aggregate(
-        count=Count("id"), worst=Min("severity"), latest_id=Max("id")
+def open_incidents_summary(*, now: datetime | None = None) -> OpenSummary:
+    """The nav badge's figures: what needs a person, out of what is open (the board's first group, one rule)."""
+    opened = list(Incident.objects.filter(status__in=Incident.OPEN).select_related("run").order_by("severity", "pk"))
+    burning = incidents_burning_get(incidents=opened, now=now or timezone.now())
+    needs = [i for i in opened if i.status == Incident.Status.TRIGGERED or i.pk in burning]
+    return OpenSummary(
+        count=len(opened),
+        worst=opened[0].severity if opened else None,
+        latest_id=max((i.pk for i in opened), default=None),
+        needs_person=len(needs),
+        needs_worst=needs[0].severity if needs else None,
     )
-    return OpenSummary(**row)
 
 
 def nodes_in_open_incidents() -> set[str]:

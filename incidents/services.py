@@ -12,10 +12,11 @@ from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from incidents.domain.detectors import Finding
-from incidents.domain.response import severity_from_impact
+from incidents.domain.response import more_severe, severity_from_impact
 from incidents.models import Alert, Incident, Postmortem, TimelineEntry
 from incidents.notifications import services as notifications
 from incidents.postmortems.services import postmortem_draft
+from incidents.selectors import cost_per_minute_usd, incident_impact, incident_impacts_get
 from runs.models import GPU, Attempt, Node, Run
 
 SYSTEM = "FleetOps"
@@ -370,8 +371,9 @@ def _group_key(*, node: Node | None, run: Run | None, at: datetime, open_inciden
     return f"node:{node.hostname}"
 
 
-def incident_refresh(*, incident: Incident, at: datetime | None = None) -> None:
-    """Recompute severity from impact (unless a person set it) and the recommended action from its alerts."""
+def incident_refresh(*, incident: Incident, at: datetime | None = None, impact=None) -> None:
+    """Recompute severity from impact and the recommended action from its alerts. `impact`: the incident's, when the
+    caller priced a batch at once (incidents_reassess)."""
     alerts = list(incident.alerts.filter(status="firing").order_by("first_seen_at"))
     worst = min(alerts, key=lambda a: _ALERT_RANK.get(a.severity, 3), default=None)
     action = next(
@@ -386,23 +388,71 @@ def incident_refresh(*, incident: Incident, at: datetime | None = None) -> None:
     if action != incident.recommended_action:
         incident.recommended_action = action
         fields.append("recommended_action")
-    if not incident.severity_overridden:
-        severity = _severity(incident, worst)
-        if severity != incident.severity:
-            _entry(incident, kind="severity", at=at, text=f"Severity {incident.severity} → {severity} from impact")
-            incident.severity = severity
-            fields.append("severity")
+    graded, why = _severity(incident, worst, impact)
+    severity = _raised(incident, graded)
+    if severity != incident.severity:
+        _entry(
+            incident,
+            kind="severity",
+            at=at,
+            text=f"Severity {incident.severity} → {severity} from impact: {why}",
+            data={"from": incident.severity, "to": severity, "impact": graded},
+        )
+        incident.severity = severity
+        fields.append("severity")
     if fields:
         incident.save(update_fields=fields)
 
 
-def _severity(incident: Incident, worst: Alert | None) -> str:
-    run = incident.run
-    gpus_idle = run.gpu_count if run is not None and run.state == Run.State.RESTARTING else 0
-    severity = severity_from_impact(gpus_idle=gpus_idle, runs_affected=1 if gpus_idle else 0)
+def _severity(incident: Incident, worst: Alert | None, impact=None) -> tuple[str, str]:
+    """The severity the incident's impact grades (docs/DOMAIN.md section 6), and why in words. From the record, not
+    the moment: the GPUs its faults idled (now or before), the GPU-hours they lost so far, the runs its alerts name;
+    so a replay grades an incident as the live stream did once it was over."""
+    if impact is None:
+        impact = incident_impact(incident=incident, now=timezone.now())
+    runs = {incident.run_id, *incident.alerts.values_list("run_id", flat=True)} - {None}
+    severity = severity_from_impact(
+        gpus_idle=impact.gpus_idled,
+        runs_affected=len(runs),
+        gpu_hours_lost=impact.gpu_hours_lost,
+        cost_per_minute_usd=cost_per_minute_usd(impact.gpus_idled),
+    )
+    why = f"{impact.gpus_idled:,} GPUs idled, {impact.gpu_hours_lost:,.1f} GPU-h lost, {len(runs)} run(s) affected"
     if worst is not None and worst.severity == "critical" and severity == "SEV4":
-        severity = "SEV3"  # a critical hardware fault is worth a look even before it idles a run
-    return severity
+        severity, why = "SEV3", why + ", a critical alert"  # a critical hardware fault is worth a look before it hurts
+    return severity, why
+
+
+def _raised(incident: Incident, graded: str) -> str:
+    """What the incident's severity becomes for `graded`: never lower (the worst it was stays, so a mitigated
+    incident keeps the severity its outage earned); once a person set it, moved only by impact graded worse than when
+    they did."""
+    if not incident.severity_overridden:
+        return more_severe(incident.severity, graded)
+    entry = (
+        incident.timeline.filter(kind__in=(TimelineEntry.Kind.SEVERITY, TimelineEntry.Kind.ESCALATED))
+        .exclude(actor_name=SYSTEM)
+        .order_by("-at", "-id")
+        .first()
+    )
+    at_setting = (entry.data or {}).get("impact") if entry is not None else None
+    if at_setting not in _SEVERITIES or _SEVERITIES.index(graded) >= _SEVERITIES.index(at_setting):
+        return incident.severity
+    return more_severe(incident.severity, graded)
+
+
+def incidents_reassess(*, now: datetime) -> int:
+    """Grade every open incident's severity again from its impact now (the GPU-hours an outage loses grow while it
+    lasts), priced at once; returns how many changed."""
+    opened = list(Incident.objects.filter(status__in=Incident.OPEN).select_related("run").order_by("pk"))
+    impacts = incident_impacts_get(incidents=opened, now=now)
+    changed = 0
+    for incident in opened:
+        before = incident.severity
+        with transaction.atomic():
+            incident_refresh(incident=incident, at=now, impact=impacts[incident.pk])
+        changed += incident.severity != before
+    return changed
 
 
 def alerts_resolve(
@@ -540,6 +590,9 @@ def incident_severity_set(*, incident: Incident, actor: Actor, severity: str, re
 
 def _severity_set(incident: Incident, actor: Actor, severity: str, reason: str, *, kind: str) -> Incident:
     before = incident.severity
+    # What impact graded then: automation moves a person's severity again only for impact graded worse than that.
+    firing = list(incident.alerts.filter(status="firing"))
+    graded, _ = _severity(incident, min(firing, key=lambda a: _ALERT_RANK.get(a.severity, 3), default=None))
     incident.severity, incident.severity_overridden = severity, True
     incident.save(update_fields=["severity", "severity_overridden"])
     _entry(
@@ -547,7 +600,7 @@ def _severity_set(incident: Incident, actor: Actor, severity: str, reason: str, 
         kind=kind,
         actor=actor,
         text=f"Severity {before} → {severity}: {reason}",
-        data={"from": before, "to": severity},
+        data={"from": before, "to": severity, "impact": graded},
     )
     return incident
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import TypeVar
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 from django.db.models import (
@@ -170,7 +171,20 @@ def run_timeline_get(*, run: Run) -> goodput.RunTimeline:
         goodput.InterruptionSpan(*row) for row in run.interruptions.values_list(*_INTERRUPTION_FIELDS)
     )
     checkpoints = tuple(_checkpoint_span(*row) for row in _checkpoint_rows(run.checkpoints.all()))
-    return goodput.RunTimeline(run.started_at, run.ended_at, run.gpu_count, interruptions, checkpoints)
+    heard = runs_heard_until_get(runs=[run]).get(run.pk)
+    return goodput.RunTimeline(run.started_at, run.ended_at, run.gpu_count, interruptions, checkpoints, heard)
+
+
+def runs_heard_until_get(*, runs: list[Run]) -> dict[int, datetime]:
+    """Of these runs, those restarting, by id: until when their record holds (RunTimeline.heard_until), their last
+    event plus RUN_SILENT_S. One query, none when no run restarts: a run that says it is restarting and then falls
+    silent has said nothing of what became of it, and its downtime stops growing there."""
+    restarting = {run.name: run.pk for run in runs if run.state == Run.State.RESTARTING and run.ended_at is None}
+    if not restarting:
+        return {}
+    silence = timedelta(seconds=settings.RUN_SILENT_S)
+    rows = Event.objects.filter(run_name__in=restarting).values("run_name").annotate(last=Max("time")).order_by()
+    return {restarting[row["run_name"]]: row["last"] + silence for row in rows}
 
 
 _INTERRUPTION_FIELDS = (
@@ -217,9 +231,15 @@ def run_timelines_get(*, runs: list[Run]) -> dict[int, goodput.RunTimeline]:
     rows = Checkpoint.objects.filter(run_id__in=ids).order_by("run_id", "step", "id")
     for run_id, *row in _checkpoint_rows(rows, "run_id"):
         checkpoints[run_id].append(_checkpoint_span(*row))
+    heard = runs_heard_until_get(runs=runs)
     return {
         run.pk: goodput.RunTimeline(
-            run.started_at, run.ended_at, run.gpu_count, tuple(interruptions[run.pk]), tuple(checkpoints[run.pk])
+            run.started_at,
+            run.ended_at,
+            run.gpu_count,
+            tuple(interruptions[run.pk]),
+            tuple(checkpoints[run.pk]),
+            heard.get(run.pk),
         )
         for run in runs
     }

@@ -72,8 +72,9 @@ def _fleet_health_context(now) -> dict:
         "grid_legend": [(value, label, state_counts[value]) for value, label in Node.STATES],
         "node_total": sum(state_counts.values()),
         "goodput_24h": goodput_24h if goodput_24h.wall_clock_s > 0 else None,
-        "open_incidents": list(incident_selectors.incidents_list(open_only=True)[:8]),
-        "open_summary": incident_selectors.open_incidents_summary(),
+        # The board's first rows, in its order: what needs a person first, then by what it burns now.
+        "open_board": incident_selectors.incident_board_get(first=0, size=8, now=now, open_only=True),
+        "open_summary": incident_selectors.open_incidents_summary(now=now),
         "suspect_count": suspect_count,
         "suspects": suspects,
         "lemon_count": lemon_count,

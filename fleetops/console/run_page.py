@@ -2,6 +2,9 @@
 
 The playbook steps come from incidents, so the page lives here, above both apps; htmx asks for the advisor partial."""
 
+from datetime import timedelta
+
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404, render
@@ -53,11 +56,18 @@ def _goodput_context(run: Run, now, *, limit: int | None, version: str | None) -
     if run.started_at is None:
         return {"report": None}
     if run.ended_at is None:
-        # Still going: the figures grow with `now` and are computed each time; the rows they come from keep.
-        timeline = selectors.run_record_cached(
-            run=run, version=version, part="timeline", compute=lambda: selectors.run_timeline_get(run=run)
+        # Still going: the figures grow with `now` and are computed each time; the rows they come from keep. A
+        # restarting run's are read afresh: how long it has been silent is in its events, which the version omits.
+        timeline = (
+            selectors.run_timeline_get(run=run)
+            if run.state == Run.State.RESTARTING
+            else selectors.run_record_cached(
+                run=run, version=version, part="timeline", compute=lambda: selectors.run_timeline_get(run=run)
+            )
         )
         figures = _goodput_figures(run, timeline, now)
+        if timeline.heard_until is not None and timeline.heard_until < now:
+            figures["silent"] = (timeline.heard_until - timedelta(seconds=settings.RUN_SILENT_S), timeline.heard_until)
     else:
         # Ended: nothing below depends on `now` any more (the engine stops at ended_at).
         def compute():

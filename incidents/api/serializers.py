@@ -12,6 +12,11 @@ class ImpactSerializer(serializers.Serializer):
     rewound_min = serializers.FloatField()
     gpu_hours_per_minute = serializers.FloatField()
     cost_per_minute_usd = serializers.FloatField()
+    silent_since = serializers.DateTimeField(
+        allow_null=True, help_text="The run restarts and has said nothing since: its loss stopped being counted."
+    )
+    interruptions = serializers.IntegerField(help_text="The run's interruptions this incident owns.")
+    gpus_idled = serializers.IntegerField(help_text="The GPUs its faults idled, now or before (severity's input).")
 
 
 class IncidentSerializer(serializers.ModelSerializer):

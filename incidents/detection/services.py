@@ -18,6 +18,7 @@ from incidents.domain.xid import Action, XidSample, classify, dedupe_xids
 from incidents.models import Alert
 from runs.domain.cloudevents import parse_events, parse_time
 from runs.models import Event, Interruption, Node, Run
+from runs.selectors import runs_heard_until_get
 from runs.services import events_ingest
 
 WATCHDOG = "fleetops/watchdog"
@@ -65,8 +66,11 @@ def _detect(events: list[Event]) -> int:
     recorded = 0
     samples: list[XidSample] = []
     heard: dict[str, datetime] = {}  # hostname -> its first heartbeat in these events
+    runs_heard: dict[str, datetime] = {}  # run name -> its latest event in these events
     for event in events:
         data = event.data
+        if event.run_name:
+            runs_heard[event.run_name] = event.time  # in time order: the latest stays
         if event.type == "gpu.xid":
             # A storm of identical Xids on one GPU is one fault: counted into one alert, not one alert each.
             sample = XidSample(event.time, event.node_name, data["gpu"], data["xid"], data["message"])
@@ -88,6 +92,7 @@ def _detect(events: list[Event]) -> int:
         elif event.type == "gpu.health":
             recorded += sum(_record(f, event.time) for f in _gpu_health(event))
     _heartbeats_back(heard)
+    _runs_heard(set(runs_heard), runs_heard)
     faults = dedupe_xids(samples, window_s=settings.XID_DEDUPE_WINDOW_S)
     first_at = {}
     for fault in faults:
@@ -294,6 +299,38 @@ def hangs_detect(*, now: datetime) -> int:
                 }
             )
     return _emit(found)
+
+
+def silent_runs_detect(*, now: datetime) -> int:
+    """Runs restarting with no event for longer than RUN_SILENT_S: an alert on the run's incident (their downtime stops
+    growing at the same moment, runs.selectors.runs_heard_until_get). The run's next event clears it (_detect)."""
+    restarting = list(Run.objects.filter(state=Run.State.RESTARTING, ended_at=None))
+    silence = timedelta(seconds=settings.RUN_SILENT_S)
+    recorded = 0
+    for run in restarting:
+        heard_until = runs_heard_until_get(runs=[run]).get(run.pk)
+        if heard_until is None or heard_until >= now:
+            continue
+        last = heard_until - silence
+        finding = detectors.run_silent(run=run.name, last_event_at=last, now=now, silent_s=settings.RUN_SILENT_S)
+        # Timed at the moment the allowance ran out, not at the sweep: a replay or a late sweep tells the same story.
+        recorded += _record(finding, heard_until)
+    return recorded
+
+
+def _runs_heard(names: set[str], heard: dict[str, datetime]) -> None:
+    """Runs heard from again: their silence alerts clear, at the latest of their events here. A late event from
+    before the silence (its record still ends where the alert began) clears nothing."""
+    if not names:
+        return
+    silent = Alert.objects.filter(status="firing", kind="run_silent", run__name__in=names).select_related("run")
+    for alert in silent:
+        heard_until = runs_heard_until_get(runs=[alert.run]).get(alert.run.pk)
+        if heard_until is not None and heard_until <= alert.first_seen_at:
+            continue
+        services.alerts_resolve(
+            at=heard[alert.run.name], reason="the run was heard from again", fingerprint=alert.fingerprint
+        )
 
 
 def heartbeats_detect(*, now: datetime) -> int:

@@ -24,7 +24,9 @@ def detect_pending() -> int:
 
 @shared_task(name="incidents.tasks.watch_hangs", **retry_transient())
 def watch_hangs() -> int:
-    return detection.hangs_detect(now=timezone.now())
+    """Runs silent too long: running (a hang) or restarting (nobody said what became of them)."""
+    now = timezone.now()
+    return detection.hangs_detect(now=now) + detection.silent_runs_detect(now=now)
 
 
 @shared_task(name="incidents.tasks.watch_heartbeats", **retry_transient())
@@ -49,7 +51,10 @@ def detect_lemons() -> int:
 
 @shared_task(name="incidents.tasks.auto_resolve", **retry_transient())
 def auto_resolve() -> int:
-    """Mitigated incidents whose alerts have cleared, resolved after the quiet period (off at 0)."""
+    """The open incidents' minute: severity graded again from impact; mitigated incidents whose alerts have cleared
+    resolved after the quiet period (off at 0). Returns how many were resolved."""
+    now = timezone.now()
+    services.incidents_reassess(now=now)
     if settings.INCIDENT_AUTO_RESOLVE_S <= 0:
         return 0
-    return services.incidents_auto_resolve(now=timezone.now(), quiet_s=settings.INCIDENT_AUTO_RESOLVE_S)
+    return services.incidents_auto_resolve(now=now, quiet_s=settings.INCIDENT_AUTO_RESOLVE_S)

@@ -24,7 +24,7 @@ MAD_SCALE = 1.4826  # makes the MAD estimate the standard deviation of normally 
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # xid, ecc, gpu_health, hang, heartbeat, node_state, straggler, sdc, lemon
+    kind: str  # xid, ecc, gpu_health, hang, run_silent, heartbeat, node_state, straggler, sdc, lemon
     fingerprint: str
     severity: str  # critical, error, warning, info
     summary: str
@@ -188,6 +188,28 @@ def heartbeat_lost(*, node: str, last_heartbeat_at: datetime | None, now: dateti
             "last_heartbeat_at": last_heartbeat_at.isoformat(),
         },
         action=Action.DRAIN_INVESTIGATE,
+    )
+
+
+def run_silent(*, run: str, last_event_at: datetime, now: datetime, silent_s: float) -> Finding | None:
+    """A run restarting with no event for longer than silent_s seconds: nobody has said what became of it (requeued,
+    waiting for nodes, cancelled behind our back). Its downtime stops being counted at last_event_at + silent_s."""
+    silence_s = (now - last_event_at).total_seconds()
+    if not silence_s > silent_s:
+        return None
+    return Finding(
+        kind="run_silent",
+        fingerprint=f"run_silent:{run}",
+        severity="warning",
+        summary=f"{run} silent while restarting for {_duration(silence_s)}",
+        explanation=(
+            f"{run} is restarting and no event has come from it since {_at(last_event_at)}, longer than the "
+            f"{_duration(silent_s)} allowed (RUN_SILENT_S): ask the scheduler whether the job was requeued, waits "
+            "for nodes or was cancelled. Its downtime is counted up to the end of that allowance, not to now; its "
+            "next event counts the whole gap."
+        ),
+        run=run,
+        evidence={"silence_s": _num(silence_s), "silent_s": _num(silent_s), "last_event_at": last_event_at.isoformat()},
     )
 
 

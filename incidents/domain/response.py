@@ -114,25 +114,44 @@ def weekly_response(
     return weeks
 
 
+SEVERITIES = ("SEV1", "SEV2", "SEV3", "SEV4")  # most severe first
+
+
 def severity_from_impact(
     *,
     gpus_idle: int,
     runs_affected: int,
+    gpu_hours_lost: float = 0.0,
+    cost_per_minute_usd: float = 0.0,
     sev1_gpus: int = 1024,
     sev1_runs: int = 2,
+    sev1_gpu_hours: float = 1000.0,
+    sev1_usd_per_min: float = 40.0,
     sev2_gpus: int = 256,
+    sev2_gpu_hours: float = 100.0,
+    sev2_usd_per_min: float = 10.0,
 ) -> str:
-    """SEV1..SEV4 from what an incident stops.
+    """SEV1..SEV4 from what an incident stops and what it has cost; the first rule that holds wins.
 
-    - SEV1: gpus_idle >= sev1_gpus (1,024) or runs_affected >= sev1_runs (2): fleet-scale impact.
-    - SEV2: gpus_idle >= sev2_gpus (256): one large run stopped.
-    - SEV3: any GPU idle, or any run affected (a slowed run idles no GPU but still loses goodput).
-    - SEV4: nothing idle, no run affected: a node or GPU to look at before it hurts.
+    - SEV1: gpus_idle >= 1,024, runs_affected >= 2, gpu_hours_lost >= 1,000 or $/min >= 40: fleet-scale harm.
+    - SEV2: gpus_idle >= 256, gpu_hours_lost >= 100 or $/min >= 10: one large run stopped, or a long outage.
+    - SEV3: any GPU idle, any GPU-hour lost, or any run affected (a slowed run idles no GPU but still loses goodput).
+    - SEV4: nothing idle, nothing lost, no run affected: a node or GPU to look at before it hurts.
     """
-    if gpus_idle >= sev1_gpus or runs_affected >= sev1_runs:
+    if (
+        gpus_idle >= sev1_gpus
+        or runs_affected >= sev1_runs
+        or gpu_hours_lost >= sev1_gpu_hours
+        or cost_per_minute_usd >= sev1_usd_per_min
+    ):
         return "SEV1"
-    if gpus_idle >= sev2_gpus:
+    if gpus_idle >= sev2_gpus or gpu_hours_lost >= sev2_gpu_hours or cost_per_minute_usd >= sev2_usd_per_min:
         return "SEV2"
-    if gpus_idle > 0 or runs_affected > 0:
+    if gpus_idle > 0 or gpu_hours_lost > 0 or runs_affected > 0:
         return "SEV3"
     return "SEV4"
+
+
+def more_severe(a: str, b: str) -> str:
+    """The more severe of two severities."""
+    return min(a, b, key=SEVERITIES.index)

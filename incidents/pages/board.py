@@ -1,4 +1,4 @@
-"""The incident board: open incidents by severity with live impact, filtered and paged; the nav's open count."""
+"""The incident board: what needs a person first, with live impact, filtered and paged; the nav's count of it."""
 
 from django import forms
 from django.contrib.auth.decorators import login_required
@@ -54,20 +54,18 @@ def board(request):
     page = paging.page_get(request, total=total, size=BOARD_PAGE)
     if page is None:
         return HttpResponseBadRequest("page: a whole number of 1 or more", content_type="text/plain")
-    rows = selectors.incidents_list(**filters).prefetch_related("nodes")[page.first : page.first + page.size]
-    incidents, now = list(rows), timezone.now()
-    impacts = selectors.incident_impacts_get(incidents=incidents, now=now)
-    for incident in incidents:
-        incident.impact = impacts[incident.pk]
+    now = timezone.now()
+    board_page = selectors.incident_board_get(first=page.first, size=page.size, now=now, **filters)
+    shown = sum(len(rows) for _, rows, _ in board_page.groups)
     # Live while anything matching the filters is open, on whichever page it is.
     polling = any(count.open for count in counts)
     context = {
         "form": form,
-        "groups": _severity_groups(incidents, counts),
+        "groups": board_page.groups,
         "severity_counts": [(count.severity, count.open) for count in counts],
         "polling": polling,
         "query": request.GET.urlencode(),
-        "pager": paging.pager(request, "incident-board", page, shown=len(incidents), total=total),
+        "pager": paging.pager(request, "incident-board", page, shown=shown, total=total),
         "now": now,
         # One reverse per kind of link, not three a row: 200 rows made 600 reverse() calls, a tenth of the board.
         "urls": {name.replace("-", "_"): reverse(name, args=[arg])[: -len(str(arg))] for name, arg in _LINKS},
@@ -77,15 +75,6 @@ def board(request):
         # nav's open count (open_count) still watches and fires incidents-changed, on which the list reloads once.
         return polling_partial(request, "incidents/board.html#incident-list", context, polling=polling)
     return render(request, "incidents/board.html", context)
-
-
-def _severity_groups(incidents: list[Incident], counts: list[selectors.SeverityCount]) -> list[tuple]:
-    """(severity, its incidents on this page, how many match on all pages), for the severities on this page."""
-    totals = {count.severity: count.total for count in counts}
-    groups: dict[str, list[Incident]] = {}
-    for incident in incidents:  # in severity order already
-        groups.setdefault(incident.severity, []).append(incident)
-    return [(severity, rows, totals.get(severity, len(rows))) for severity, rows in groups.items()]
 
 
 def open_count(request):

@@ -7,9 +7,10 @@ from incidents import selectors
 register = template.Library()
 
 
-@register.simple_tag
-def open_incidents() -> selectors.OpenSummary:
-    return selectors.open_incidents_summary()
+@register.simple_tag(takes_context=True)
+def open_incidents(context) -> selectors.OpenSummary:
+    """The nav badge's figures: the page's own where it shows them too (the overview), else read here."""
+    return context.get("open_summary") or selectors.open_incidents_summary()
 
 
 @register.filter

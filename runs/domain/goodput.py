@@ -72,13 +72,24 @@ class CheckpointSpan:
 
 @dataclass(frozen=True)
 class RunTimeline:
-    """One run. ended_at None means it is still going (running or restarting) up to `now`."""
+    """One run. ended_at None means it is still going (running or restarting) up to `now`.
+
+    heard_until: a run silent while restarting is counted only up to here (its last event plus the silence allowed,
+    docs/DOMAIN.md section 2): nobody has said what became of it after, so its downtime stops growing; None: up to
+    `now`. A new event moves it, and the whole gap counts again."""
 
     started_at: datetime
     ended_at: datetime | None = None
     gpus: int = 0
     interruptions: tuple[InterruptionSpan, ...] = ()
     checkpoints: tuple[CheckpointSpan, ...] = ()
+    heard_until: datetime | None = None
+
+    def end(self, now: datetime) -> datetime:
+        """Where the run's record ends: its end, else `now`, but no later than it was heard from."""
+        if self.ended_at is not None:
+            return self.ended_at
+        return now if self.heard_until is None else min(now, self.heard_until)
 
 
 @dataclass(frozen=True)
@@ -335,7 +346,7 @@ class _Resolved:
 
     @classmethod
     def of(cls, timeline: RunTimeline, *, now: datetime) -> "_Resolved":
-        started, run_end = _us(timeline.started_at), _us(timeline.ended_at or now)
+        started, run_end = _us(timeline.started_at), _us(timeline.end(now))
         keyed = sorted(((_us(span.fault_at), index) for index, span in enumerate(timeline.interruptions)))
         interruptions = [timeline.interruptions[index] for _, index in keyed]
         faults = [fault for fault, _ in keyed]

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from incidents.domain.response import (
     IncidentTimes,
+    more_severe,
     percentile,
     response_metrics,
     severity_from_impact,
@@ -99,6 +100,32 @@ def test_it_reports_per_iso_week_including_empty_weeks():
 )
 def test_it_grades_severity_by_impact(gpus_idle, runs_affected, expected):
     assert severity_from_impact(gpus_idle=gpus_idle, runs_affected=runs_affected) == expected
+
+
+@pytest.mark.parametrize(
+    ("lost", "usd", "expected"),
+    [
+        (1000.0, 0.0, "SEV1"),
+        (999.9, 0.0, "SEV2"),
+        (100.0, 0.0, "SEV2"),
+        (99.9, 0.0, "SEV3"),
+        (0.1, 0.0, "SEV3"),
+        (0.0, 40.0, "SEV1"),
+        (0.0, 39.9, "SEV2"),
+        (0.0, 10.0, "SEV2"),
+        (0.0, 9.9, "SEV3"),  # a dollar a minute idles GPUs: SEV3 on its own
+    ],
+)
+def test_it_grades_severity_by_gpu_hours_lost_and_burn_too(lost, usd, expected):
+    # No GPU idle now and no run named: what the outage cost, or burns, grades it alone.
+    gpus = 1 if usd else 0
+    graded = severity_from_impact(gpus_idle=gpus, runs_affected=0, gpu_hours_lost=lost, cost_per_minute_usd=usd)
+    assert graded == expected
+
+
+def test_more_severe_picks_the_worse():
+    assert more_severe("SEV3", "SEV1") == more_severe("SEV1", "SEV3") == "SEV1"
+    assert more_severe("SEV4", "SEV4") == "SEV4"
 
 
 def test_it_takes_severity_thresholds_as_parameters():

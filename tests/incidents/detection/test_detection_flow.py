@@ -14,6 +14,14 @@ from tests.stories import at, event, failure_and_restart, story_until_failure, x
 BATCH = "application/cloudevents-batch+json"
 
 
+@pytest.fixture(autouse=True)
+def _story_time():
+    """The clock just after the stories' end (+120 min), as if live (a test that replays later travels on): months
+    later a run still restarting would have fallen silent (RUN_SILENT_S), its impact another story."""
+    with time_machine.travel(at(125), tick=True):
+        yield
+
+
 def test_an_xid_storm_and_a_failure_open_exactly_one_incident(post):
     post(story_until_failure() + xid_storm(2000))
     (incident,) = Incident.objects.all()
@@ -64,7 +72,7 @@ def test_the_watchdog_finds_a_hang_without_any_failure_event(post, django_captur
     steps += [event("run.step", at(minute), f"h-{minute}", run="h1", step=minute) for minute in range(1, 31)]
     post(steps)
     assert detection.hangs_detect(now=at(35)) == 0  # 5 minutes of silence is under the 10-minute floor
-    with django_capture_on_commit_callbacks(execute=True):
+    with time_machine.travel(at(45)), django_capture_on_commit_callbacks(execute=True):
         assert detection.hangs_detect(now=at(45)) == 1
     run = Run.objects.get(name="h1")
     assert run.state == "restarting"
@@ -72,7 +80,8 @@ def test_the_watchdog_finds_a_hang_without_any_failure_event(post, django_captur
     after_last_step = at(30) + timedelta(microseconds=1)  # the hang began after the last sign of progress
     assert (interruption.kind, interruption.fault_at, interruption.detected_at) == ("hang", after_last_step, at(45))
     incident = Incident.objects.get(run=run)
-    assert incident.alerts.get().kind == "hang" and incident.severity == "SEV2"  # 512 GPUs idle
+    # Found live: 512 GPUs idle at $21/min, 15 min lost since the last step (and 30 min rewound to the run's start).
+    assert incident.alerts.get().kind == "hang" and incident.severity == "SEV2"
     assert detection.hangs_detect(now=at(50)) == 0  # the run is restarting now, not hung again
 
 
@@ -323,3 +332,98 @@ def test_an_outage_with_a_fault_during_reload_stops_burning_when_the_run_trains_
     incident.refresh_from_db()
     assert incident.status == "mitigated"
     assert incident_impacts_get(incidents=[incident], now=at(70))[incident.pk].gpus_idle == 0
+
+
+@pytest.mark.reliability(
+    "A run whose last event says restarting, then nothing (the README's example run claimed 105,729 GPU-h months on)",
+    how="story_until_failure through the API (run.failed at +45 min, nothing after from the run), RUN_SILENT_S one "
+    "hour; the sweep, impacts and run goodput before and after the hour, then a run.started at +5 h",
+    outcome="after the hour a run_silent alert on the run's incident, nothing burning, the loss frozen at the hour's "
+    "end and the run page saying so; the next event clears the alert and the whole gap counts again",
+)
+def test_a_run_silent_while_restarting_raises_its_alert_and_stops_accruing(post, settings, client, django_user_model):
+    from incidents.selectors import incident_impact
+    from runs.selectors import run_goodput_get, runs_heard_until_get
+
+    settings.RUN_SILENT_S = 3600
+    oncall_client = _signed_in(client, django_user_model)
+    post(story_until_failure())
+    run, incident = Run.objects.get(name="r1"), Incident.objects.get()
+    assert run.state == "restarting" and runs_heard_until_get(runs=[run]) == {run.pk: at(45 + 60)}
+
+    early = incident_impact(incident=incident, now=at(100))
+    assert early.gpus_idle == 16 and early.silent_since is None
+    assert detection.silent_runs_detect(now=at(100)) == 0
+
+    frozen = incident_impact(incident=incident, now=at(200))
+    assert frozen.gpus_idle == 0 and frozen.cost_per_minute_usd == 0 and frozen.silent_since == at(45)
+    assert incident_impact(incident=incident, now=at(2000)).gpu_hours_lost == frozen.gpu_hours_lost
+    assert frozen.gpu_hours_lost == pytest.approx(incident_impact(incident=incident, now=at(105)).gpu_hours_lost)
+    assert run_goodput_get(run=run, since=None, until=None, now=at(2000)).total.wall_clock_s == 105 * 60
+
+    assert detection.silent_runs_detect(now=at(200)) == 1
+    alert = incident.alerts.get(kind="run_silent")
+    assert alert.status == "firing" and alert.first_seen_at == at(105)  # when the hour ran out, not the sweep
+    assert "no event has come from it since 2026-03-01 00:45" in alert.explanation
+    assert detection.silent_runs_detect(now=at(201)) == 1 and incident.alerts.filter(kind="run_silent").count() == 1
+    with time_machine.travel(at(200)):
+        html = oncall_client.get("/runs/r1").content.decode()
+        assert 'id="run-silent"' in html and "counted up to 2026-03-01 01:45 UTC" in html
+        board = oncall_client.get("/incidents/").content.decode()
+        assert ">silent</span>" in board
+
+    with time_machine.travel(at(301)):
+        post([event("run.started", at(300), "back", run="r1", cluster="c1", gpus=16, nodes=["n1", "n3"], job_id="102")])
+    alert.refresh_from_db()
+    assert alert.status == "resolved" and alert.resolved_at == at(300)
+    revived = incident_impact(incident=incident, now=at(310))
+    assert revived.gpus_idle == 16 and revived.silent_since is None  # reloading: down again, and counted
+    assert revived.gpu_hours_lost > frozen.gpu_hours_lost + 16 * 3  # the silent gap, 01:45 to 05:10, counts again
+
+
+@pytest.mark.reliability(
+    "Severity from idle GPUs alone: a long outage of a small run stayed SEV3, a mitigated SEV1 dropped",
+    how="a 64-GPU run's failure through the API; the minute sweep (incidents_reassess) at +2 h 10 min, after its "
+    "restore, and after a person lowered it",
+    outcome="SEV3 at first (64 GPUs idle), SEV2 once it had lost over 100 GPU-hours, still SEV2 once mitigated (never "
+    "lowered automatically), and the person's SEV3 kept while the impact grades no worse than when they set it",
+)
+def test_severity_is_graded_from_impact_and_never_lowered_automatically(post, django_user_model):
+    from incidents import services
+
+    person = services.Actor.of_user(django_user_model.objects.create_user("ana"))
+    nodes = [f"s-{i}" for i in range(8)]
+    story = [event("run.started", at(0), "s0", run="s1", cluster="c1", gpus=64, nodes=nodes, job_id="1")]
+    story += [event("run.step", at(m), f"s-{m}", run="s1", step=m) for m in range(1, 45)]
+    story += [event("run.failed", at(45), "s-f", run="s1", reason="NCCL timeout")]
+    with time_machine.travel(at(46)):
+        post(story)
+    incident = Incident.objects.get()
+    assert incident.severity == "SEV3"  # 64 GPUs idle, $2.67/min, 2 GPU-h lost
+    assert services.incidents_reassess(now=at(45 + 130)) == 1
+    incident.refresh_from_db()
+    assert incident.severity == "SEV2"  # 64 GPUs x (2 h 10 min down + 45 min rewound) = 187 GPU-h
+    entry = incident.timeline.filter(kind="severity").latest("at")
+    assert (
+        entry.text.startswith("Severity SEV3 → SEV2 from impact: 64 GPUs idled, 18") and entry.actor_name == "FleetOps"
+    )
+
+    post([event("run.started", at(180), "s-r", run="s1", cluster="c1", gpus=64, nodes=nodes, job_id="2")])
+    post([event("run.restored", at(185), "s-rr", run="s1", from_step=0)])
+    incident.refresh_from_db()
+    assert incident.status == "mitigated"
+    assert services.incidents_reassess(now=at(300)) == 0
+    incident.refresh_from_db()
+    assert incident.severity == "SEV2"  # nothing idle now, yet the outage it was stays its grade
+
+    services.incident_severity_set(incident=incident, actor=person, severity="SEV3", reason="a small run")
+    assert services.incidents_reassess(now=at(400)) == 0
+    incident.refresh_from_db()
+    assert incident.severity == "SEV3" and incident.severity_overridden
+
+
+def _signed_in(client, django_user_model):
+    user = django_user_model.objects.create_user("oncall-1", password="s3cret-pass")
+    user.groups.add(Group.objects.get(name="oncall"))
+    client.force_login(user)
+    return client

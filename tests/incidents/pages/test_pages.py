@@ -5,6 +5,7 @@ import re
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.contrib.auth.models import Group
 from django.core.cache import cache
 from django.db import connection
@@ -18,6 +19,14 @@ from runs.models import Node
 from tests.stories import at, story_until_failure, xid_storm
 
 BATCH = "application/cloudevents-batch+json"
+
+
+@pytest.fixture(autouse=True)
+def _story_time():
+    """The clock a few minutes after the story's failure (+45 min), as the on-call sees it live: months later the run,
+    silent since, would no longer burn (RUN_SILENT_S), and the impacts shown would be another story."""
+    with time_machine.travel(at(50), tick=True):
+        yield
 
 
 @pytest.fixture
@@ -77,18 +86,24 @@ def test_the_nav_links_the_board_with_the_open_count(oncall, incident):
 # --- Board --------------------------------------------------------------------------------------------------
 
 
-def test_the_board_lists_open_incidents_by_severity_with_impact(oncall, incident):
-    _other_incident(severity="SEV1", key="rack:r9")
+def test_the_board_lists_what_needs_a_person_first_with_impact(oncall, incident):
+    other = _other_incident(severity="SEV1", key="rack:r9")
+    seen = _other_incident(severity="SEV1", key="rack:r8", status="acknowledged")
     _other_incident(severity="SEV4", key="node:old", status="resolved")
     html = oncall.get("/incidents/").content.decode()
-    assert html.index('id="group-SEV1"') < html.index('id="group-SEV3"')
+    # Both unacknowledged need a person, the burning one (16 GPUs idle) before the SEV1 that idles nothing; the
+    # acknowledged SEV1 that burns nothing waits below them.
+    assert html.index('id="group-needs-a-person"') < html.index(f'id="incident-{incident.pk}"')
+    assert html.index(f'id="incident-{incident.pk}"') < html.index(f'id="incident-{other.pk}"')
+    assert html.index(f'id="incident-{other.pk}"') < html.index('id="group-open"')
+    assert html.index('id="group-open"') < html.index(f'id="incident-{seen.pk}"')
     assert "SEV4 on node:old" not in html  # resolved: not on the board by default
     row = html[html.index(f'id="incident-{incident.pk}"') :]
     row = row[: row.index("</tr>")]
     assert 'href="/runs/r1"' in row and 'href="/nodes/n2"' in row
     assert '<td class="num impact hot">16</td>' in row  # the run's 16 GPUs idle
     assert "3 firing" in row and "reboot node, drain" in row
-    assert "<b>1</b> SEV1" in html and "<b>1</b> SEV3" in html and "<b>0</b> SEV2" in html
+    assert "<b>2</b> SEV1" in html and "<b>1</b> SEV3" in html and "<b>0</b> SEV2" in html
 
 
 def test_the_board_filters(oncall, incident):
@@ -145,7 +160,7 @@ def test_the_board_shows_50_incidents_a_page_and_links_the_others(oncall, db):
     order = [str(i.pk) for i in sev1 + sev3]  # most severe first, then newest first
     first = oncall.get("/incidents/").content.decode()
     assert _rows(first) == order[:50]
-    assert "1–50 of 120" in first and "3 incidents" in first and "47 of 117 incidents" in first
+    assert "1–50 of 120" in first and "50 of 120 incidents" in first  # all unacknowledged: all need a person
     assert "<b>3</b> SEV1" in first and "<b>117</b> SEV3" in first  # counts of every page, not of this one
     assert 'href="/incidents/?page=2" hx-get="/incidents/?page=2"' in first and "previous" not in first
     second = oncall.get("/incidents/?page=2", HTTP_HX_REQUEST="true")
@@ -175,14 +190,19 @@ def test_a_board_that_fits_on_one_page_has_no_page_links(oncall, db):
 
 
 def test_the_open_count_tells_the_page_when_an_incident_opens(oncall, db):
-    quiet = oncall.get("/incidents/open-count?seen=0.0", HTTP_HX_REQUEST="true")
+    quiet = oncall.get("/incidents/open-count?seen=0.0.0", HTTP_HX_REQUEST="true")
     assert quiet.status_code == 200 and "HX-Trigger" not in quiet.headers
     assert quiet.content.decode().startswith('<span id="open-incidents"')
     opened = _other_incident(severity="SEV2", key="rack:r1")
-    response = oncall.get("/incidents/open-count?seen=0.0", HTTP_HX_REQUEST="true")
+    response = oncall.get("/incidents/open-count?seen=0.0.0", HTTP_HX_REQUEST="true")
     assert json.loads(response.headers["HX-Trigger"]) == {"incidents-changed": {}}
-    assert f"?seen=1.{opened.pk}" in response.content.decode() and ">1</span>" in response.content.decode()
-    assert "HX-Trigger" not in oncall.get(f"/incidents/open-count?seen=1.{opened.pk}").headers
+    assert f"?seen=1.{opened.pk}.1" in response.content.decode() and ">1</span>" in response.content.decode()
+    assert "HX-Trigger" not in oncall.get(f"/incidents/open-count?seen=1.{opened.pk}.1").headers
+    # Acknowledged and idling nothing: still open, no longer needing a person; the badge counts 0 and says so.
+    services.incident_acknowledge(incident=opened, actor=services.FLEETOPS)
+    response = oncall.get(f"/incidents/open-count?seen=1.{opened.pk}.1", HTTP_HX_REQUEST="true")
+    assert "HX-Trigger" in response.headers and f"?seen=1.{opened.pk}.0" in response.content.decode()
+    assert ">0</span>" in response.content.decode() and "0 need a person" in response.content.decode()
 
 
 # --- Incident page --------------------------------------------------------------------------------------------
@@ -359,7 +379,9 @@ def test_the_overview_shows_the_node_grid_goodput_and_incidents(oncall, incident
     assert 'class="rack-label" title=" r00">r00</span>' in html and ">unracked</span>" in html
     assert html.index(">r00</span>") < html.index(">r01</span>") < html.index(">r02</span>")
     assert '<a href="/nodes/gpu-0009" class="cell s-suspect" title="gpu-0009 · suspect"></a>' in html
-    assert '<a href="/incidents/" id="open-incident-count">1</a>' in html
+    assert '<a href="/incidents/" id="needs-person-count">1</a>' in html  # unacknowledged, and 16 GPUs idle
+    assert '<span id="open-incident-count">1</span> open' in html
+    assert 'id="fleet-gpus-idle">16</span>' in html and 'id="fleet-burn">$0.67' in html  # 16 GPUs x $2.50/h
     assert 'id="goodput-24h">' in html
     assert "gpu-0009" in html[html.index('id="flagged-nodes"') :]  # suspect nodes listed
 
