@@ -99,6 +99,13 @@ def incidents_burning_get(*, incidents: list[Incident], now: datetime) -> set[in
 _LEAD = timedelta(seconds=1)
 
 
+def incident_faults_span_get(*, incident: Incident, now: datetime) -> tuple[datetime, datetime] | None:
+    """[from, until) of the faults of its run the incident owns (its impact's, its postmortem's); None without a run."""
+    if incident.run_id is None:
+        return None
+    return _owned_span(incident, _incident_starts([incident.run_id])[incident.run_id], now)
+
+
 def _incident_starts(run_ids: list[int]) -> dict[int, list[tuple[datetime, int]]]:
     """(start, id) of every incident of these runs, in order, by run id (one query)."""
     starts: dict[int, list[tuple[datetime, int]]] = {pk: [] for pk in run_ids}
@@ -124,7 +131,7 @@ def _down_incidents(incidents: list[Incident], spans: dict[int, tuple[datetime, 
         return set()
     later = Interruption.objects.filter(run_id=OuterRef("run_id"), fault_at__gt=OuterRef("fault_at"))
     faults = (
-        Interruption.objects.filter(run_id__in={i.run_id for i in incidents}, resumed_at__isnull=True)
+        Interruption.objects.filter(run_id__in={i.run_id for i in incidents}, resumed_at__isnull=True, planned=False)
         .filter(~Exists(later))
         .values_list("run_id", "fault_at")
     )
@@ -151,7 +158,8 @@ def _impact(
     run = incident.run
     # run_costs are in fault order: the incident's slice is found by bisection, not a scan a row of the board.
     first = bisect_left(run_costs, span[0], key=_fault_at)
-    costs = run_costs[first : bisect_left(run_costs, span[1], key=_fault_at)]
+    # A planned stop is no incident's: the run's maintenance costs its goodput, not a failure's response.
+    costs = [c for c in run_costs[first : bisect_left(run_costs, span[1], key=_fault_at)] if not c.planned]
     lost = sum(c.gpu_hours for c in costs)
     # Over the run's record: to its end, now, or where a silent restart stopped being counted.
     end = run.ended_at or (now if silent_since is None else silent_since + timedelta(seconds=settings.RUN_SILENT_S))

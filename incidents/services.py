@@ -534,6 +534,30 @@ def run_mitigated(*, run: Run, at: datetime, text: str) -> None:
 # --- People's actions -----------------------------------------------------------------------------------
 
 
+OUT_OF_SERVICE = ("draining", "cordoned", "in_repair", "burn_in", "retired")  # a node that can hurt no job
+
+
+def nodes_mitigated(*, node: Node, at: datetime, state: str) -> None:
+    """The node changed state: each open, unmitigated incident of nodes alone (no run) that holds it and began by
+    then is mitigated once its harm stopped: every node of it out of service, or this one back with none of the
+    incident's alerts still firing (healthy again)."""
+    incidents = Incident.objects.select_for_update().filter(
+        run=None, nodes=node, status__in=[Incident.Status.TRIGGERED, Incident.Status.ACKNOWLEDGED], started_at__lte=at
+    )
+    for incident in incidents:
+        if state in OUT_OF_SERVICE:
+            if any(other not in OUT_OF_SERVICE for other in incident.nodes.values_list("state", flat=True)):
+                continue
+            text = f"{node.hostname} out of service ({state.replace('_', ' ')}): it can hurt no job"
+        elif not incident.alerts.filter(status="firing").exists():
+            text = f"{node.hostname} back {state.replace('_', ' ')} with every alert cleared: healthy again"
+        else:
+            continue
+        incident.status, incident.mitigated_at = Incident.Status.MITIGATED, at
+        incident.save(update_fields=["status", "mitigated_at"])
+        _entry(incident, kind="mitigated", at=at, text=text)
+
+
 def _locked(incident: Incident) -> Incident:
     return Incident.objects.select_for_update().get(pk=incident.pk)
 

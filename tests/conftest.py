@@ -76,6 +76,17 @@ def post(writer, django_capture_on_commit_callbacks):
 
 
 @pytest.fixture
+def oncall(client, django_user_model):
+    """The test client signed in as ana, an on-call engineer (modules with their own `oncall` keep theirs)."""
+    from django.contrib.auth.models import Group
+
+    user = django_user_model.objects.create_user("ana", password="s3cret-pass")
+    user.groups.add(Group.objects.get(name="oncall"))
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
 def reader(db) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION="Bearer " + make_token("reader", ["read"]))

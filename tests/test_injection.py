@@ -8,8 +8,6 @@ import json
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 
-import pytest
-from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from incidents import services
@@ -70,14 +68,6 @@ def _tainted_story() -> list[dict]:
         elif e["type"] == "gpu.xid":
             data["message"] = payload("gpu.xid message")
     return events
-
-
-@pytest.fixture
-def oncall(client, django_user_model):
-    user = django_user_model.objects.create_user("ana", password="s3cret-pass")
-    user.groups.add(Group.objects.get(name="oncall"))
-    client.force_login(user)
-    return client
 
 
 def _ok(response, what: str):

@@ -75,7 +75,8 @@ def _detect(events: list[Event]) -> int:
             # A storm of identical Xids on one GPU is one fault: counted into one alert, not one alert each.
             sample = XidSample(event.time, event.node_name, data["gpu"], data["xid"], data["message"])
             samples.extend([sample] * data.get("count", 1))  # an agent may have folded a storm into one event
-        elif event.type == "run.failed":
+        elif event.type == "run.failed" and not data.get("planned"):
+            # A planned stop is no incident: the run's record counts its cost, nobody has to answer it.
             recorded += _record(_run_failed(event), event.time, action=_failure_action(data))
         elif event.type == "run.restored":
             _run_restored(event)
@@ -141,6 +142,11 @@ def _stabilize(alert) -> None:
         return
     if alert.first_seen_at < timezone.now() - timedelta(seconds=settings.PLAYBOOK_AUTO_START_MAX_AGE_S):
         return  # a fault from the past (a backfill, the demo's history) is not drained now
+    automatic = incident.playbooks.filter(playbook="drain-and-replace", node=alert.node, started_by=services.SYSTEM)
+    if automatic.filter(dry_run=False).exists():
+        # FleetOps tried this node once for this incident (its Xid, then the scheduler's report of the same fault):
+        # running or done, or failed and a person paged, who decides now; a second try would page them again.
+        return
     from incidents.playbooks.engine import playbook_start  # the engine imports the cluster adapters: only when needed
 
     playbook_start(
@@ -159,7 +165,7 @@ def _run_failed(event: Event) -> Finding:
     return Finding(
         kind="hang" if kind == "hang" else "run_failed",
         fingerprint=f"{'hang' if kind == 'hang' else 'run_failed'}:{event.run_name}:{event.time.isoformat()}",
-        severity="critical" if not data.get("planned") else "info",
+        severity="critical",
         summary=f"Run {event.run_name} {'hung' if kind == 'hang' else 'stopped'}{where}: {data['reason'][:200]}",
         explanation=f"The {'watchdog' if kind == 'hang' else 'scheduler or trainer'} reported the run stopped at "
         f"{event.time:%Y-%m-%d %H:%M:%S} UTC"
@@ -204,10 +210,14 @@ def _node_state(event: Event) -> int:
         services.alerts_resolve(
             at=event.time, reason=f"node back {state.replace('_', ' ')}", node=node, kinds=_NODE_ALERTS
         )
+        services.nodes_mitigated(node=node, at=event.time, state=state)
         return 0
     if event.source in (WATCHDOG, DETECTOR):
         return 0  # our own flag, already explained by the alert that raised it
-    return _record(detectors.node_state(node=event.node_name, state=state, reason=event.data["reason"]), event.time)
+    recorded = _record(detectors.node_state(node=event.node_name, state=state, reason=event.data["reason"]), event.time)
+    if node is not None:
+        services.nodes_mitigated(node=node, at=event.time, state=state)
+    return recorded
 
 
 def _previous(event: Event) -> dict | None:

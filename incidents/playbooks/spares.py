@@ -23,6 +23,13 @@ class SparePool:
     repair_measured: bool  # from the cluster's own repairs, or the default
     target: float
     window_days: float  # the failures counted: those of the last window_days before `now`
+    failures: int = 0  # of them
+    hours: float = 0.0  # what they are spread over: the window, or the cluster's record when that is shorter
+
+    @property
+    def short_record(self) -> bool:
+        """The cluster has run for less than the window: the rate comes from a shorter record (and says so)."""
+        return self.hours < self.window_days * 24
 
     @property
     def short(self) -> bool:
@@ -75,7 +82,16 @@ def spare_pools_get(*, now: datetime, window_days: float = 30, target: float = S
         rate = failures.get(cluster_id, 0) / hours
         needed = spares_needed(failures_per_hour=rate, repair_hours=repair_hours, target=target)
         pools[cluster_id] = SparePool(
-            cluster_id, spares.get(cluster_id, 0), needed, rate, repair_hours, bool(measured), target, window_days
+            cluster_id,
+            spares.get(cluster_id, 0),
+            needed,
+            rate,
+            repair_hours,
+            bool(measured),
+            target,
+            window_days,
+            failures.get(cluster_id, 0),
+            hours,
         )
     return pools
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from incidents.domain import postmortem as domain
 from incidents.models import ActionItem, Incident, Postmortem, PostmortemVersion, TimelineEntry
-from incidents.selectors import incident_impact
+from incidents.selectors import incident_faults_span_get, incident_impact
 from runs.domain import advisor
 from runs.domain.taxonomy import cause_group, cause_label
 from runs.models import GPU, Event, Interruption
@@ -88,13 +88,12 @@ def postmortem_facts_get(*, incident: Incident, now: datetime) -> domain.Postmor
 
 
 def _interruptions(incident: Incident, end: datetime) -> list[domain.InterruptionFact]:
-    if incident.run_id is None:
+    span = incident_faults_span_get(incident=incident, now=end)
+    if span is None:
         return []
+    # The faults it owns, as its impact counts them: not a later incident's of the same run.
     rows = Interruption.objects.filter(
-        run_id=incident.run_id,
-        planned=False,
-        fault_at__gte=incident.started_at - timedelta(seconds=1),
-        fault_at__lte=end,
+        run_id=incident.run_id, planned=False, fault_at__gte=span[0], fault_at__lt=span[1]
     ).values_list("cause", "fault_at", "node__hostname", "gpu__index", "xid", "reason")
     return [
         domain.InterruptionFact(cause, cause_label(cause), str(cause_group(cause)), at, node or "", gpu, xid, reason)

@@ -1,6 +1,7 @@
 """From events to incidents, in-process: an Xid storm and a failure make one incident; people act on it."""
 
-from datetime import timedelta
+import json
+from datetime import datetime, timedelta
 
 import pytest
 import time_machine
@@ -427,3 +428,83 @@ def _signed_in(client, django_user_model):
     user.groups.add(Group.objects.get(name="oncall"))
     client.force_login(user)
     return client
+
+
+def _renamed(events: list[dict]) -> list[dict]:
+    """The same history for run r2 on nodes m1, m2, m3, under other ids."""
+    text = json.dumps(events).replace('"r1"', '"r2"').replace('"ev-', '"rp-')
+    for n in (1, 2, 3):
+        text = text.replace(f'"n{n}"', f'"m{n}"')
+    return json.loads(text)
+
+
+@pytest.mark.reliability(
+    "One failure's history posted live, event by event at its own time, and the same history replayed three days "
+    "later, shuffled and every event sent twice",
+    how="failure_and_restart through POST /api/v1/events: run r1 live (the clock at each event), run r2 all at once "
+    "three days on; the two incidents compared",
+    outcome="identical incident times (started, detected, mitigated), alerts (first seen, cleared) and impacts "
+    "(GPU-hours, rewound minutes, goodput lost, interruptions owned); the same severity from impact (live, the one "
+    "automatic drain refused paged a person once: before, the Xid and the scheduler's report each started one)",
+)
+def test_a_history_posted_live_and_replayed_days_later_gives_the_same_incident(post):
+    import random
+
+    from incidents.selectors import incident_impacts_get
+
+    story = failure_and_restart()
+    for e in story:
+        with time_machine.travel(datetime.fromisoformat(e["time"]) + timedelta(seconds=1)):
+            post([e])
+    replay = _renamed(story)
+    random.Random(7).shuffle(replay)
+    with time_machine.travel(at(120) + timedelta(days=3)):
+        post(replay)
+        post(replay[::-1])  # every event again: repeats, counted once
+    live, replayed = Incident.objects.get(run__name="r1"), Incident.objects.get(run__name="r2")
+
+    def seen(incident):
+        alerts = sorted((a.kind, a.first_seen_at, a.status, a.resolved_at, a.count) for a in incident.alerts.all())
+        return (incident.started_at, incident.detected_at, incident.mitigated_at, incident.status), alerts
+
+    assert seen(live) == seen(replayed)
+    assert live.mitigated_at == at(58)
+    # Graded alike from impact; live, FleetOps also tried to drain n2, was refused and paged a person, one level up.
+    assert replayed.severity == "SEV3" and live.severity == "SEV2" and live.timeline.filter(kind="paged").count() == 1
+    assert not replayed.playbooks.exists()  # a fault three days old is not drained now
+    impacts = incident_impacts_get(incidents=[live, replayed], now=at(200) + timedelta(days=5))
+    assert impacts[live.pk] == impacts[replayed.pk]
+    assert impacts[live.pk].interruptions == 1 and impacts[live.pk].gpu_hours_lost > 0
+
+
+@pytest.mark.reliability(
+    "Node-only incidents left triggered for ever (a 7-day simulated fleet kept two: the scheduler drained a node "
+    "after its run had moved on), and a planned stop opening an incident nobody need answer",
+    how="through the API: an Xid storm on an idle node, then the node sent to repair; the scheduler draining another "
+    "idle node; a run's planned stop and restart",
+    outcome="the Xid's incident triggered until the node is out of service, then mitigated at that moment; the "
+    "drained node's incident mitigated at once (out of the way); the planned stop opens no incident",
+)
+def test_a_node_incident_is_mitigated_once_its_node_is_out_of_the_way_and_a_planned_stop_opens_none(post):
+    post(xid_storm(5, node="idle-1", start=10.0))
+    incident = Incident.objects.get(nodes__hostname="idle-1")
+    assert incident.run is None and incident.status == "triggered"
+    post([event("node.state", at(20), "rep-1", node="idle-1", state="in_repair", reason="RMA")])
+    incident.refresh_from_db()
+    assert (incident.status, incident.mitigated_at) == ("mitigated", at(20))
+    assert incident.timeline.get(kind="mitigated").text == "idle-1 out of service (in repair): it can hurt no job"
+
+    post([event("node.state", at(30), "drain-2", node="idle-2", state="draining", reason="NIC flaps")])
+    drained = Incident.objects.get(nodes__hostname="idle-2")
+    assert (drained.status, drained.mitigated_at) == ("mitigated", at(30))
+
+    nodes = ["p1", "p2"]
+    post(
+        [
+            event("run.started", at(0), "p-0", run="p", cluster="c1", gpus=16, nodes=nodes, job_id="1"),
+            event("run.failed", at(40), "p-1", run="p", reason="Planned maintenance: firmware", planned=True),
+            event("run.started", at(70), "p-2", run="p", cluster="c1", gpus=16, nodes=nodes, job_id="2"),
+        ]
+    )
+    assert Run.objects.get(name="p").interruptions.get().planned
+    assert not Incident.objects.filter(run__name="p").exists()
