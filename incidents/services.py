@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import Exists, F, Max, OuterRef, Q
 from django.utils import timezone
 
 from incidents.domain.detectors import Finding
@@ -668,20 +668,26 @@ def incidents_auto_resolve(*, now: datetime, quiet_s: float) -> int:
     due = Incident.objects.filter(status=Incident.Status.MITIGATED, mitigated_at__lte=quiet).filter(
         ~Exists(reopened), ~Exists(moving)
     )
+    last_moved = due.annotate(cleared=Max("alerts__resolved_at"), seen=Max("alerts__last_seen_at"))
     resolved = 0
-    for incident in due.order_by("pk"):
+    for pk, cleared, seen in last_moved.order_by("pk").values_list("pk", "cleared", "seen"):
         with transaction.atomic():
-            incident = _locked(incident)
+            incident = _locked(Incident(pk=pk))
             if incident.status != Incident.Status.MITIGATED:
                 continue
-            incident.status, incident.resolved_at = Incident.Status.RESOLVED, now
+            # Resolved as of when it fell due, the quiet period after the last thing that moved on it, not when the
+            # sweep came round: a history replayed days later resolves at the live stream's moment.
+            quiet_since = max(t for t in (incident.mitigated_at, cleared, seen) if t is not None)
+            at = min(quiet_since + timedelta(seconds=quiet_s), now)
+            incident.status, incident.resolved_at = Incident.Status.RESOLVED, at
             incident.save(update_fields=["status", "resolved_at"])
             text = (
                 f"Resolved by FleetOps: the harm stopped at {incident.mitigated_at:%Y-%m-%d %H:%M} UTC and every alert "
-                f"has cleared, quiet for {quiet_s / 60:,.0f} min since (INCIDENT_AUTO_RESOLVE_S)"
+                f"has cleared, quiet for {quiet_s / 60:,.0f} min since {quiet_since:%Y-%m-%d %H:%M} UTC "
+                "(INCIDENT_AUTO_RESOLVE_S)"
             )
-            _entry(incident, kind="resolved", at=now, text=text)
-            postmortem_draft(incident=incident, actor=FLEETOPS, now=now)
+            _entry(incident, kind="resolved", at=at, text=text)
+            postmortem_draft(incident=incident, actor=FLEETOPS, now=at)
             resolved += 1
     return resolved
 
