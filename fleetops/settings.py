@@ -387,6 +387,10 @@ SLURM_TIMEOUT_S = env.float("SLURM_TIMEOUT_S", default=30.0)
 SIMULATED_CLUSTER_DELAY_S = env.float("SIMULATED_CLUSTER_DELAY_S", default=0.0)
 # What a GPU-hour costs, for the incident's cost per minute.
 GPU_HOUR_COST_USD = env.float("GPU_HOUR_COST_USD", default=2.5)
+# Severity by cost as well (docs/DOMAIN.md section 6): SEV1 and SEV2 from this many dollars a minute burning. Unset,
+# GPUs idled grade alone (at one price a dollar threshold is a GPU threshold); set them where GPU prices differ.
+INCIDENT_SEV1_USD_PER_MIN = env.float("INCIDENT_SEV1_USD_PER_MIN", default=None)
+INCIDENT_SEV2_USD_PER_MIN = env.float("INCIDENT_SEV2_USD_PER_MIN", default=None)
 
 # --- Outgoing notifications (incidents.notifications.services) ---
 # Links in webhooks and e-mails: the address people open FleetOps at, e.g. https://fleetops.example.com

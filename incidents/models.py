@@ -27,7 +27,9 @@ class Incident(models.Model):
     title = models.CharField(max_length=300)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.TRIGGERED)
     severity = models.CharField(max_length=4, choices=Severity.choices, default=Severity.SEV4)
-    severity_overridden = models.BooleanField(default=False, help_text="Set by a person: impact no longer moves it.")
+    severity_overridden = models.BooleanField(
+        default=False, help_text="Set by a person: impact moves it again only when graded worse than when they set it."
+    )
     # What the grouped alerts have in common: run:<name>, rack:<rack>, switch:<switch> or node:<hostname>.
     group_key = models.CharField(max_length=300)
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="incidents")

@@ -1,5 +1,6 @@
 """Reads for incidents: live impact, lists, response metrics."""
 
+import hashlib
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -62,6 +63,7 @@ def _impacts(incidents: list[Incident], now: datetime, live: "_Live") -> dict[in
             live.spans[i.pk],
             down=i.pk in live.burning,
             silent_since=silent_since,
+            heard_until=live.heard.get(i.run_id),
         )
     return impacts
 
@@ -70,7 +72,8 @@ def _impacts(incidents: list[Incident], now: datetime, live: "_Live") -> dict[in
 class _Live:
     measured: list[Incident]  # those with a run that started
     spans: dict[int, tuple[datetime, datetime]]  # the faults each owns (_owned_span)
-    silent: dict[int, datetime]  # run id -> silent since, of runs restarting and silent past RUN_SILENT_S
+    heard: dict[int, datetime]  # run id -> where its record ends, of runs restarting (RunTimeline.heard_until)
+    silent: dict[int, datetime]  # run id -> silent since, of those silent past RUN_SILENT_S
     down: set[int]  # incidents whose own interruption is still down (_down_incidents)
     burning: set[int]  # of them, those of runs not silent: GPUs idle, counted now
 
@@ -82,10 +85,11 @@ def _live_get(incidents: list[Incident], now: datetime) -> _Live:
     spans = {i.pk: _owned_span(i, starts[i.run_id], now) for i in measured}
     # A run silent while restarting burns nothing counted: nobody knows it is still down (RUN_SILENT_S).
     silence = timedelta(seconds=settings.RUN_SILENT_S)
-    silent = {pk: until - silence for pk, until in runs_heard_until_get(runs=runs).items() if until < now}
+    heard = runs_heard_until_get(runs=runs)
+    silent = {pk: until - silence for pk, until in heard.items() if until < now}
     down = _down_incidents([i for i in measured if i.is_open and i.run.ended_at is None], spans)
     burning = {i.pk for i in measured if i.pk in down and i.run_id not in silent}
-    return _Live(measured, spans, silent, down, burning)
+    return _Live(measured, spans, heard, silent, down, burning)
 
 
 def incidents_burning_get(*, incidents: list[Incident], now: datetime) -> set[int]:
@@ -153,6 +157,7 @@ def _impact(
     *,
     down: bool,
     silent_since: datetime | None = None,
+    heard_until: datetime | None = None,
 ) -> Impact:
     """`run_costs`: goodput.interruption_costs of the incident's run, at `now`; `span`: the faults it owns."""
     run = incident.run
@@ -161,8 +166,8 @@ def _impact(
     # A planned stop is no incident's: the run's maintenance costs its goodput, not a failure's response.
     costs = [c for c in run_costs[first : bisect_left(run_costs, span[1], key=_fault_at)] if not c.planned]
     lost = sum(c.gpu_hours for c in costs)
-    # Over the run's record: to its end, now, or where a silent restart stopped being counted.
-    end = run.ended_at or (now if silent_since is None else silent_since + timedelta(seconds=settings.RUN_SILENT_S))
+    # Over the run's record, as its page counts it: to its end, or now, or where a silent restart stopped counting.
+    end = run.ended_at or (now if heard_until is None else min(now, heard_until))
     run_hours = (end - run.started_at).total_seconds() / 3600 * run.gpu_count
     gpus_idle = run.gpu_count if down else 0
     return Impact(
@@ -302,12 +307,13 @@ class OpenSummary:
     latest_id: int | None
     needs_person: int = 0  # open and unacknowledged, or idling GPUs now (the board's first group)
     needs_worst: str | None = None  # the most severe of those
+    needs_digest: str = "0"  # which they are: one acknowledged as another starts burning changes it, not the count
 
     @property
     def signature(self) -> str:
         """Changes when an incident opens or closes, or starts or stops needing a person: pages compare it to know
         when to reload their list."""
-        return f"{self.count}.{self.latest_id or 0}.{self.needs_person}"
+        return f"{self.count}.{self.latest_id or 0}.{self.needs_person}.{self.needs_digest}"
 
 
 def open_incidents_summary(*, now: datetime | None = None) -> OpenSummary:
@@ -321,6 +327,7 @@ def open_incidents_summary(*, now: datetime | None = None) -> OpenSummary:
         latest_id=max((i.pk for i in opened), default=None),
         needs_person=len(needs),
         needs_worst=needs[0].severity if needs else None,
+        needs_digest=hashlib.sha256(repr(sorted(i.pk for i in needs)).encode()).hexdigest()[:8] if needs else "0",
     )
 
 

@@ -17,7 +17,7 @@ from incidents.models import Alert, Incident, Postmortem, TimelineEntry
 from incidents.notifications import services as notifications
 from incidents.postmortems.services import postmortem_draft
 from incidents.selectors import cost_per_minute_usd, incident_impact, incident_impacts_get
-from runs.models import GPU, Attempt, Node, Run
+from runs.models import GPU, Attempt, Interruption, Node, Run
 
 SYSTEM = "FleetOps"
 _ALERT_RANK = {"critical": 0, "error": 1, "warning": 2, "info": 3}
@@ -372,70 +372,83 @@ def _group_key(*, node: Node | None, run: Run | None, at: datetime, open_inciden
 
 
 def incident_refresh(*, incident: Incident, at: datetime | None = None, impact=None) -> None:
-    """Recompute severity from impact and the recommended action from its alerts. `impact`: the incident's, when the
-    caller priced a batch at once (incidents_reassess)."""
-    alerts = list(incident.alerts.filter(status="firing").order_by("first_seen_at"))
-    worst = min(alerts, key=lambda a: _ALERT_RANK.get(a.severity, 3), default=None)
-    action = next(
-        (
-            a.recommended_action
-            for a in sorted(alerts, key=lambda a: _ALERT_RANK.get(a.severity, 3))
-            if a.recommended_action
-        ),
-        incident.recommended_action,
-    )
-    fields = []
-    if action != incident.recommended_action:
-        incident.recommended_action = action
-        fields.append("recommended_action")
-    graded, why = _severity(incident, worst, impact)
-    severity = _raised(incident, graded)
-    if severity != incident.severity:
-        _entry(
-            incident,
-            kind="severity",
-            at=at,
-            text=f"Severity {incident.severity} → {severity} from impact: {why}",
-            data={"from": incident.severity, "to": severity, "impact": graded},
-        )
-        incident.severity = severity
-        fields.append("severity")
-    if fields:
-        incident.save(update_fields=fields)
+    """Recompute the recommended action from its alerts and the severity from impact. Without `impact` (each alert
+    opened or cleared) the grade is what the alerts say at once: a run's fault idles its GPUs; the minute sweep
+    (incidents_reassess) prices the incident and grades the GPU-hours lost and the runs affected as well."""
+    with transaction.atomic():
+        # Under the row's lock, from the row as it is now: a person may have set the severity since it was read.
+        fresh = Incident.objects.select_for_update().get(pk=incident.pk)
+        incident.severity, incident.severity_overridden = fresh.severity, fresh.severity_overridden
+        incident.recommended_action = fresh.recommended_action
+        alerts = list(incident.alerts.order_by("first_seen_at"))
+        firing = sorted((a for a in alerts if a.status == "firing"), key=lambda a: _ALERT_RANK.get(a.severity, 3))
+        action = next((a.recommended_action for a in firing if a.recommended_action), incident.recommended_action)
+        fields = []
+        if action != incident.recommended_action:
+            incident.recommended_action = action
+            fields.append("recommended_action")
+        graded, why = _severity(incident, firing[0] if firing else None, alerts, impact)
+        severity = _raised(incident, graded)
+        if severity != incident.severity:
+            _entry(
+                incident,
+                kind="severity",
+                at=at,
+                text=f"Severity {incident.severity} → {severity} from impact: {why}",
+                data={"from": incident.severity, "to": severity, "impact": graded},
+            )
+            incident.severity = severity
+            fields.append("severity")
+        if fields:
+            incident.save(update_fields=fields)
 
 
-def _severity(incident: Incident, worst: Alert | None, impact=None) -> tuple[str, str]:
+def _severity(incident: Incident, worst: Alert | None, alerts: list[Alert], impact=None) -> tuple[str, str]:
     """The severity the incident's impact grades (docs/DOMAIN.md section 6), and why in words. From the record, not
-    the moment: the GPUs its faults idled (now or before), the GPU-hours they lost so far, the runs its alerts name;
-    so a replay grades an incident as the live stream did once it was over."""
+    the moment: the GPUs its faults idled (now or before), the GPU-hours they lost so far, the runs its faults hit;
+    so a replay grades an incident as the live stream did once it was over. Without `impact`: the alerts' grade."""
+    run = incident.run
     if impact is None:
-        impact = incident_impact(incident=incident, now=timezone.now())
-    runs = {incident.run_id, *incident.alerts.values_list("run_id", flat=True)} - {None}
+        faulted = run is not None and any(a.kind in ("run_failed", "hang") for a in alerts)
+        gpus, lost, runs = (run.gpu_count if faulted else 0), None, int(run is not None)
+    else:
+        gpus, lost, runs = impact.gpus_idled, impact.gpu_hours_lost, _runs_affected(incident)
     severity = severity_from_impact(
-        gpus_idle=impact.gpus_idled,
-        runs_affected=len(runs),
-        gpu_hours_lost=impact.gpu_hours_lost,
-        cost_per_minute_usd=cost_per_minute_usd(impact.gpus_idled),
+        gpus_idle=gpus,
+        runs_affected=runs,
+        gpu_hours_lost=lost or 0.0,
+        cost_per_minute_usd=cost_per_minute_usd(gpus),
+        sev1_usd_per_min=settings.INCIDENT_SEV1_USD_PER_MIN,
+        sev2_usd_per_min=settings.INCIDENT_SEV2_USD_PER_MIN,
     )
-    why = f"{impact.gpus_idled:,} GPUs idled, {impact.gpu_hours_lost:,.1f} GPU-h lost, {len(runs)} run(s) affected"
+    lost_words = "" if lost is None else f", {lost:,.1f} GPU-h lost"
+    why = f"{gpus:,} GPUs idled{lost_words}, {runs} run(s) affected"
     if worst is not None and worst.severity == "critical" and severity == "SEV4":
         severity, why = "SEV3", why + ", a critical alert"  # a critical hardware fault is worth a look before it hurts
     return severity, why
 
 
+def _runs_affected(incident: Incident) -> int:
+    """Its run, and the other runs a fault on its nodes stopped within the grouping window of its start (one switch
+    or node taking two jobs down): what the "two runs" rule counts."""
+    window = timedelta(seconds=settings.INCIDENT_GROUP_WINDOW_S)
+    others = Interruption.objects.filter(
+        planned=False,
+        node__in=incident.nodes.all(),
+        fault_at__gte=incident.started_at - window,
+        fault_at__lte=incident.started_at + window,
+    ).values_list("run_id", flat=True)
+    return len({incident.run_id, *others} - {None})
+
+
 def _raised(incident: Incident, graded: str) -> str:
     """What the incident's severity becomes for `graded`: never lower (the worst it was stays, so a mitigated
-    incident keeps the severity its outage earned); once a person set it, moved only by impact graded worse than when
-    they did."""
+    incident keeps the severity its outage earned); once someone set it by hand, moved only by impact graded worse
+    than it was when they did (their timeline entry keeps that grade)."""
     if not incident.severity_overridden:
         return more_severe(incident.severity, graded)
-    entry = (
-        incident.timeline.filter(kind__in=(TimelineEntry.Kind.SEVERITY, TimelineEntry.Kind.ESCALATED))
-        .exclude(actor_name=SYSTEM)
-        .order_by("-at", "-id")
-        .first()
-    )
-    at_setting = (entry.data or {}).get("impact") if entry is not None else None
+    entry = incident.timeline.filter(data__has_key="set_at_impact").order_by("-at", "-id").first()
+    at_setting = entry.data["set_at_impact"] if entry is not None else None
     if at_setting not in _SEVERITIES or _SEVERITIES.index(graded) >= _SEVERITIES.index(at_setting):
         return incident.severity
     return more_severe(incident.severity, graded)
@@ -449,8 +462,7 @@ def incidents_reassess(*, now: datetime) -> int:
     changed = 0
     for incident in opened:
         before = incident.severity
-        with transaction.atomic():
-            incident_refresh(incident=incident, at=now, impact=impacts[incident.pk])
+        incident_refresh(incident=incident, at=now, impact=impacts[incident.pk])
         changed += incident.severity != before
     return changed
 
@@ -535,6 +547,7 @@ def run_mitigated(*, run: Run, at: datetime, text: str) -> None:
 
 
 OUT_OF_SERVICE = ("draining", "cordoned", "in_repair", "burn_in", "retired")  # a node that can hurt no job
+BACK_IN_SERVICE = ("in_service", "hot_spare")
 
 
 def nodes_mitigated(*, node: Node, at: datetime, state: str) -> None:
@@ -546,10 +559,12 @@ def nodes_mitigated(*, node: Node, at: datetime, state: str) -> None:
     )
     for incident in incidents:
         if state in OUT_OF_SERVICE:
-            if any(other not in OUT_OF_SERVICE for other in incident.nodes.values_list("state", flat=True)):
+            # This node as the event says (the record may have moved on since, in a replay); the others as they are.
+            others = incident.nodes.exclude(pk=node.pk).values_list("state", flat=True)
+            if any(other not in OUT_OF_SERVICE for other in others):
                 continue
             text = f"{node.hostname} out of service ({state.replace('_', ' ')}): it can hurt no job"
-        elif not incident.alerts.filter(status="firing").exists():
+        elif state in BACK_IN_SERVICE and not incident.alerts.filter(status="firing").exists():
             text = f"{node.hostname} back {state.replace('_', ' ')} with every alert cleared: healthy again"
         else:
             continue
@@ -614,9 +629,11 @@ def incident_severity_set(*, incident: Incident, actor: Actor, severity: str, re
 
 def _severity_set(incident: Incident, actor: Actor, severity: str, reason: str, *, kind: str) -> Incident:
     before = incident.severity
-    # What impact graded then: automation moves a person's severity again only for impact graded worse than that.
-    firing = list(incident.alerts.filter(status="firing"))
-    graded, _ = _severity(incident, min(firing, key=lambda a: _ALERT_RANK.get(a.severity, 3), default=None))
+    # What impact graded then, priced: automation moves a person's severity again only for impact graded worse.
+    alerts = list(incident.alerts.all())
+    firing = [a for a in alerts if a.status == "firing"]
+    worst = min(firing, key=lambda a: _ALERT_RANK.get(a.severity, 3), default=None)
+    graded, _ = _severity(incident, worst, alerts, incident_impact(incident=incident, now=timezone.now()))
     incident.severity, incident.severity_overridden = severity, True
     incident.save(update_fields=["severity", "severity_overridden"])
     _entry(
@@ -624,7 +641,7 @@ def _severity_set(incident: Incident, actor: Actor, severity: str, reason: str, 
         kind=kind,
         actor=actor,
         text=f"Severity {before} → {severity}: {reason}",
-        data={"from": before, "to": severity, "impact": graded},
+        data={"from": before, "to": severity, "set_at_impact": graded},
     )
     return incident
 

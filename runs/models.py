@@ -262,6 +262,7 @@ class Event(models.Model):
         constraints = [models.UniqueConstraint(fields=["source", "event_id"], name="event_unique_source_id")]
         indexes = [
             models.Index(fields=["run_name", "type", "time"]),
+            models.Index(fields=["run_name", "time"], name="event_run_time"),  # a run's latest event (its silence)
             models.Index(fields=["node_name", "time"]),
             models.Index(fields=["id"], condition=Q(applied_at__isnull=True), name="event_unapplied"),
             # Each sender's backlog, oldest first: the fair apply takes a chunk of one sender at a time.

@@ -179,12 +179,21 @@ def runs_heard_until_get(*, runs: list[Run]) -> dict[int, datetime]:
     """Of these runs, those restarting, by id: until when their record holds (RunTimeline.heard_until), their last
     event plus RUN_SILENT_S. One query, none when no run restarts: a run that says it is restarting and then falls
     silent has said nothing of what became of it, and its downtime stops growing there."""
-    restarting = {run.name: run.pk for run in runs if run.state == Run.State.RESTARTING and run.ended_at is None}
+    restarting = [run for run in runs if run.state == Run.State.RESTARTING and run.ended_at is None]
     if not restarting:
         return {}
+    # A planned stop is expected to be quiet (a maintenance window of hours): only a failure's silence counts. The
+    # latest event of each run (an index on run and time: a backward scan stops at its first row), not counting what
+    # is out of the record (quarantined).
+    latest = Interruption.objects.filter(run_id=OuterRef("pk")).order_by("-fault_at", "-pk").values("planned")[:1]
+    heard = Event.objects.filter(run_name=OuterRef("name"), quarantined_at=None).order_by("-time").values("time")[:1]
+    rows = (
+        Run.objects.filter(pk__in=[run.pk for run in restarting])
+        .annotate(planned=Subquery(latest), last=Subquery(heard))
+        .values_list("pk", "planned", "last")
+    )
     silence = timedelta(seconds=settings.RUN_SILENT_S)
-    rows = Event.objects.filter(run_name__in=restarting).values("run_name").annotate(last=Max("time")).order_by()
-    return {restarting[row["run_name"]]: row["last"] + silence for row in rows}
+    return {pk: last + silence for pk, planned, last in rows if last is not None and not planned}
 
 
 _INTERRUPTION_FIELDS = (

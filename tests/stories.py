@@ -199,7 +199,7 @@ def xid_storm(n: int, *, node="n2", gpu=3, xid=79, start=44.0) -> list[dict]:
             "gpu.xid",
             at(start, seconds=i * 0.01),
             f"storm-{i}",
-            source="dcgm://n2",
+            source=f"dcgm://{node}",  # each node's agent: two nodes' storms are two streams, not repeats
             node=node,
             gpu=gpu,
             xid=xid,

@@ -85,6 +85,11 @@ def _detect(events: list[Event]) -> int:
         elif event.type == "node.state":
             if event.node_name in heard:  # a heartbeat came first: it clears the node's alert, as it did in turn
                 _heartbeats_back({event.node_name: heard.pop(event.node_name)})
+            if any(sample.node == event.node_name for sample in samples):
+                # The node's Xids came first: alerted before its state moves (a batch of a replay holds the storm,
+                # the repair and the return), as the live stream, one event at a time, would have.
+                recorded += _xids_record(samples)
+                samples = []
             recorded += _node_state(event)
         elif event.type == "node.heartbeat":
             heard.setdefault(event.node_name, event.time)  # events come in time order: the first is the earliest
@@ -94,11 +99,16 @@ def _detect(events: list[Event]) -> int:
             recorded += sum(_record(f, event.time) for f in _gpu_health(event))
     _heartbeats_back(heard)
     _runs_heard(set(runs_heard), runs_heard)
+    return recorded + _xids_record(samples)
+
+
+def _xids_record(samples: list[XidSample]) -> int:
     faults = dedupe_xids(samples, window_s=settings.XID_DEDUPE_WINDOW_S)
     first_at = {}
     for fault in faults:
         key = f"xid:{fault.node}:{fault.gpu}:{fault.xid}"
         first_at[key] = min(first_at.get(key, fault.first_at), fault.first_at)
+    recorded = 0
     for finding in detectors.xids(faults):
         if finding.action != Action.NONE:  # informational Xids are counted on the GPU, not alerted
             recorded += _record(finding, first_at[finding.fingerprint], count=finding.count)
@@ -316,10 +326,12 @@ def silent_runs_detect(*, now: datetime) -> int:
     growing at the same moment, runs.selectors.runs_heard_until_get). The run's next event clears it (_detect)."""
     restarting = list(Run.objects.filter(state=Run.State.RESTARTING, ended_at=None))
     silence = timedelta(seconds=settings.RUN_SILENT_S)
+    heard = runs_heard_until_get(runs=restarting)
+    firing = set(Alert.objects.filter(kind="run_silent", status="firing").values_list("run_id", flat=True))
     recorded = 0
     for run in restarting:
-        heard_until = runs_heard_until_get(runs=[run]).get(run.pk)
-        if heard_until is None or heard_until >= now:
+        heard_until = heard.get(run.pk)
+        if heard_until is None or heard_until >= now or run.pk in firing:  # said once, not once a minute
             continue
         last = heard_until - silence
         finding = detectors.run_silent(run=run.name, last_event_at=last, now=now, silent_s=settings.RUN_SILENT_S)
@@ -339,7 +351,9 @@ def _runs_heard(names: set[str], heard: dict[str, datetime]) -> None:
         if heard_until is not None and heard_until <= alert.first_seen_at:
             continue
         services.alerts_resolve(
-            at=heard[alert.run.name], reason="the run was heard from again", fingerprint=alert.fingerprint
+            at=max(heard[alert.run.name], alert.first_seen_at),  # a late event cannot clear it before it was raised
+            reason="the run was heard from again",
+            fingerprint=alert.fingerprint,
         )
 
 

@@ -126,26 +126,33 @@ def severity_from_impact(
     sev1_gpus: int = 1024,
     sev1_runs: int = 2,
     sev1_gpu_hours: float = 1000.0,
-    sev1_usd_per_min: float = 40.0,
+    sev1_usd_per_min: float | None = None,
     sev2_gpus: int = 256,
     sev2_gpu_hours: float = 100.0,
-    sev2_usd_per_min: float = 10.0,
+    sev2_usd_per_min: float | None = None,
 ) -> str:
     """SEV1..SEV4 from what an incident stops and what it has cost; the first rule that holds wins.
 
-    - SEV1: gpus_idle >= 1,024, runs_affected >= 2, gpu_hours_lost >= 1,000 or $/min >= 40: fleet-scale harm.
-    - SEV2: gpus_idle >= 256, gpu_hours_lost >= 100 or $/min >= 10: one large run stopped, or a long outage.
+    - SEV1: gpus_idle >= 1,024, runs_affected >= 2, gpu_hours_lost >= 1,000, or $/min >= sev1_usd_per_min (if set):
+      fleet-scale harm.
+    - SEV2: gpus_idle >= 256, gpu_hours_lost >= 100, or $/min >= sev2_usd_per_min (if set): one large run stopped,
+      or a long outage.
     - SEV3: any GPU idle, any GPU-hour lost, or any run affected (a slowed run idles no GPU but still loses goodput).
     - SEV4: nothing idle, nothing lost, no run affected: a node or GPU to look at before it hurts.
+    Dollar thresholds are off by default: at one price per GPU-hour they are GPU thresholds under another name.
     """
+
+    def costs(threshold: float | None) -> bool:
+        return threshold is not None and cost_per_minute_usd >= threshold
+
     if (
         gpus_idle >= sev1_gpus
         or runs_affected >= sev1_runs
         or gpu_hours_lost >= sev1_gpu_hours
-        or cost_per_minute_usd >= sev1_usd_per_min
+        or costs(sev1_usd_per_min)
     ):
         return "SEV1"
-    if gpus_idle >= sev2_gpus or gpu_hours_lost >= sev2_gpu_hours or cost_per_minute_usd >= sev2_usd_per_min:
+    if gpus_idle >= sev2_gpus or gpu_hours_lost >= sev2_gpu_hours or costs(sev2_usd_per_min):
         return "SEV2"
     if gpus_idle > 0 or gpu_hours_lost > 0 or runs_affected > 0:
         return "SEV3"

@@ -103,24 +103,19 @@ def test_it_grades_severity_by_impact(gpus_idle, runs_affected, expected):
 
 
 @pytest.mark.parametrize(
-    ("lost", "usd", "expected"),
-    [
-        (1000.0, 0.0, "SEV1"),
-        (999.9, 0.0, "SEV2"),
-        (100.0, 0.0, "SEV2"),
-        (99.9, 0.0, "SEV3"),
-        (0.1, 0.0, "SEV3"),
-        (0.0, 40.0, "SEV1"),
-        (0.0, 39.9, "SEV2"),
-        (0.0, 10.0, "SEV2"),
-        (0.0, 9.9, "SEV3"),  # a dollar a minute idles GPUs: SEV3 on its own
-    ],
+    ("lost", "expected"),
+    [(1000.0, "SEV1"), (999.9, "SEV2"), (100.0, "SEV2"), (99.9, "SEV3"), (0.1, "SEV3"), (0.0, "SEV4")],
 )
-def test_it_grades_severity_by_gpu_hours_lost_and_burn_too(lost, usd, expected):
-    # No GPU idle now and no run named: what the outage cost, or burns, grades it alone.
-    gpus = 1 if usd else 0
-    graded = severity_from_impact(gpus_idle=gpus, runs_affected=0, gpu_hours_lost=lost, cost_per_minute_usd=usd)
-    assert graded == expected
+def test_it_grades_severity_by_gpu_hours_lost_too(lost, expected):
+    # Nothing idle now, no run named: what the outage has cost grades it alone.
+    assert severity_from_impact(gpus_idle=0, runs_affected=0, gpu_hours_lost=lost) == expected
+
+
+def test_dollar_thresholds_grade_only_when_set():
+    # 64 GPUs at $5 an hour burn $5.33 a minute: SEV3 by GPUs; with a $5 SEV2 threshold, SEV2.
+    assert severity_from_impact(gpus_idle=64, runs_affected=1, cost_per_minute_usd=5.33) == "SEV3"
+    assert severity_from_impact(gpus_idle=64, runs_affected=1, cost_per_minute_usd=5.33, sev2_usd_per_min=5) == "SEV2"
+    assert severity_from_impact(gpus_idle=64, runs_affected=1, cost_per_minute_usd=5.33, sev1_usd_per_min=5) == "SEV1"
 
 
 def test_more_severe_picks_the_worse():
