@@ -573,23 +573,32 @@ def nodes_mitigated(*, node: Node, at: datetime, state: str) -> None:
         _entry(incident, kind="mitigated", at=at, text=text)
 
 
+def _when(at: datetime | None) -> datetime:
+    """A person's action at `at` (never later than now), or now."""
+    now = timezone.now()
+    return now if at is None else min(at, now)
+
+
 def _locked(incident: Incident) -> Incident:
     return Incident.objects.select_for_update().get(pk=incident.pk)
 
 
 @transaction.atomic
-def incident_acknowledge(*, incident: Incident, actor: Actor) -> Incident:
+def incident_acknowledge(*, incident: Incident, actor: Actor, at: datetime | None = None) -> Incident:
+    """`at`: when the person acknowledged, where that is known and earlier than now (a pager's record); else now."""
     incident = _locked(incident)
     if not incident.is_open or incident.acknowledged_at is not None:
         raise IncidentError(f"This incident is {incident.status} and cannot be acknowledged again.")
     # Automation may have mitigated it already: a person still takes it on, and MTTA counts that moment.
     if incident.status == Incident.Status.TRIGGERED:
         incident.status = Incident.Status.ACKNOWLEDGED
-    incident.acknowledged_at = timezone.now()
+    incident.acknowledged_at = _when(at)
     if incident.commander_id is None and actor.user is not None:
         incident.commander = actor.user
     incident.save(update_fields=["status", "acknowledged_at", "commander"])
-    _entry(incident, kind="acknowledged", actor=actor, text=f"Acknowledged by {actor.name}")
+    _entry(
+        incident, kind="acknowledged", actor=actor, at=incident.acknowledged_at, text=f"Acknowledged by {actor.name}"
+    )
     return incident
 
 
@@ -655,20 +664,23 @@ def incident_note_add(*, incident: Incident, actor: Actor, text: str) -> Timelin
 
 
 @transaction.atomic
-def incident_resolve(*, incident: Incident, actor: Actor, override_reason: str = "") -> Incident:
-    """Resolve; refused while an attached alert still fires, unless the person gives a reason to override."""
+def incident_resolve(
+    *, incident: Incident, actor: Actor, override_reason: str = "", at: datetime | None = None
+) -> Incident:
+    """Resolve; refused while an attached alert still fires, unless the person gives a reason to override. `at` as
+    for incident_acknowledge."""
     incident = _locked(incident)
     if not incident.is_open:
         raise IncidentError(f"This incident is {incident.status} already.")
     firing = incident.alerts.filter(status="firing").count()
     if firing and not override_reason.strip():
         raise IncidentError(f"{firing} alert(s) still firing: resolve them first, or give a reason to override.")
-    incident.status, incident.resolved_at = Incident.Status.RESOLVED, timezone.now()
+    incident.status, incident.resolved_at = Incident.Status.RESOLVED, _when(at)
     incident.save(update_fields=["status", "resolved_at"])
     text = f"Resolved by {actor.name}"
     if firing:
         text += f" with {firing} alert(s) still firing: {override_reason.strip()}"
-    _entry(incident, kind="resolved", actor=actor, text=text, data={"firing": firing})
+    _entry(incident, kind="resolved", actor=actor, at=incident.resolved_at, text=text, data={"firing": firing})
     postmortem_draft(incident=incident, actor=FLEETOPS, now=incident.resolved_at)
     return incident
 
@@ -710,7 +722,7 @@ def incidents_auto_resolve(*, now: datetime, quiet_s: float) -> int:
 
 
 @transaction.atomic
-def incident_close(*, incident: Incident, actor: Actor) -> Incident:
+def incident_close(*, incident: Incident, actor: Actor, at: datetime | None = None) -> Incident:
     """Resolved -> closed: the write-up is done. Needs the postmortem reviewed, except for SEV4."""
     incident = _locked(incident)
     if incident.status != Incident.Status.RESOLVED:
@@ -718,7 +730,7 @@ def incident_close(*, incident: Incident, actor: Actor) -> Incident:
     postmortem = Postmortem.objects.filter(incident=incident).first()
     if incident.severity != Incident.Severity.SEV4 and (postmortem is None or postmortem.reviewed_at is None):
         raise IncidentError(f"A {incident.severity} incident closes only once its postmortem is marked reviewed.")
-    incident.status, incident.closed_at = Incident.Status.CLOSED, timezone.now()
+    incident.status, incident.closed_at = Incident.Status.CLOSED, _when(at)
     incident.save(update_fields=["status", "closed_at"])
     _entry(incident, kind="closed", actor=actor, at=incident.closed_at, text=f"Closed by {actor.name}")
     return incident

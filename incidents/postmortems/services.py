@@ -283,11 +283,12 @@ def postmortem_save(*, postmortem: Postmortem, actor, markdown: str) -> Postmort
 
 
 @transaction.atomic
-def postmortem_review(*, postmortem: Postmortem, actor) -> Postmortem:
+def postmortem_review(*, postmortem: Postmortem, actor, at: datetime | None = None) -> Postmortem:
     postmortem = Postmortem.objects.select_for_update().get(pk=postmortem.pk)
     if postmortem.reviewed_at is not None:
         raise PostmortemError(f"Already reviewed by {postmortem.reviewed_by_name}.")
-    postmortem.reviewed_at, postmortem.reviewed_by, postmortem.reviewed_by_name = timezone.now(), actor.user, actor.name
+    reviewed_at = timezone.now() if at is None else min(at, timezone.now())
+    postmortem.reviewed_at, postmortem.reviewed_by, postmortem.reviewed_by_name = reviewed_at, actor.user, actor.name
     postmortem.save(update_fields=["reviewed_at", "reviewed_by", "reviewed_by_name"])
     _log(postmortem.incident, actor, f"Postmortem marked reviewed by {actor.name}", postmortem.reviewed_at)
     return postmortem

@@ -28,8 +28,8 @@ from django.utils import timezone
 
 from fleetops.celery import app as celery_app
 from runs import selectors
+from runs.domain.demo import demo_config
 from runs.domain.simulator import simulate
-from runs.management.commands.load_demo import demo_config
 from runs.management.commands.simulate import ingest
 from runs.models import Event, Run
 

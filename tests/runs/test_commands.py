@@ -1,15 +1,13 @@
-"""Management commands: create_api_token, load_demo, rebuild_record, apply_pending_events."""
+"""Management commands: create_api_token, rebuild_record, apply_pending_events (load_demo: tests/incidents)."""
 
 import json
-from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.utils import timezone
 from rest_framework.test import APIClient
 
-from runs.models import ApiToken, Event, Interruption, Run
+from runs.models import ApiToken, Event, Run
 from tests.stories import record_snapshot
 
 
@@ -53,30 +51,6 @@ def test_create_api_token_binds_the_token_and_says_to_what(db):
     with pytest.raises(CommandError, match="--node: only a node agent's token"):
         run("create_api_token", "ctl2", "--role", "scheduler", "--node", "n1")
     assert not ApiToken.objects.filter(name__in=["agent", "ctl2"]).exists()
-
-
-def test_load_demo_goes_through_the_intake_and_prints_a_login(
-    db, django_user_model, django_capture_on_commit_callbacks
-):
-    # Four days rather than the default three weeks (30 s on SQLite): the same path, a test-sized stream.
-    with django_capture_on_commit_callbacks(execute=True):
-        out = run("load_demo", "--login", "--days", "4")
-    assert "Demo login: demo / " in out
-    password = out.split("Demo login: demo / ")[1].split()[0]
-    assert django_user_model.objects.get(username="demo").check_password(password)
-    stored = Event.objects.filter(source="fleetops/demo", applied_at__isnull=False).count()
-    assert stored == Event.objects.count() > 5000 and f"Demo fleet: {stored} events stored" in out
-    pretrain = Run.objects.get(name="llama3-70b-pretrain")
-    assert pretrain.state == "running" and pretrain.gpu_count == 256
-    assert pretrain.attempts.count() == pretrain.interruptions.count() + 1 >= 4
-    assert Interruption.objects.filter(run=pretrain, planned=True).count() == 1
-    assert Interruption.objects.filter(run=pretrain, resumed_at__isnull=True).count() == 0
-    # Ending at now: the pages look live.
-    assert timezone.now() - pretrain.last_step_at < timedelta(minutes=5)
-
-    with django_capture_on_commit_callbacks(execute=True):
-        again = run("load_demo", "--days", "4")
-    assert "Demo fleet: 0 events stored" in again
 
 
 def test_rebuild_record_gives_the_same_record(writer, django_capture_on_commit_callbacks):

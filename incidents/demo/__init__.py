@@ -1,0 +1,1 @@
+"""The demo fleet's people and its live fault (load_demo)."""

@@ -1,0 +1,71 @@
+"""manage.py load_demo: the demo fleet (runs.domain.demo) through the event intake, then its people
+(incidents.demo.services): a record with acknowledgements, resolutions, a reviewed postmortem, last week's report,
+and one fault left triggered a few minutes ago. Here, above both apps, because it drives both."""
+
+import logging
+import secrets
+from contextlib import contextmanager
+from datetime import timedelta
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.utils import timezone
+
+from incidents.demo.services import LIVE_FAULT_AGO, demo_live_fault, demo_people_act
+from runs.domain.demo import DEMO_DAYS, DEMO_RUN, demo_config
+from runs.domain.simulator import simulate
+from runs.management.commands.simulate import ingest
+from runs.models import Run
+
+
+@contextmanager
+def _quiet(logger_name: str):
+    """Without a broker every apply task runs in-process and logs a line: the demo's dozens would bury the login."""
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+class Command(BaseCommand):
+    help = (
+        "Load a simulated run (256 GPUs, the last three weeks) through the event intake, answered by a simulated "
+        "on-call rotation, with one fault left open now; create the demo login."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--seed", type=int, default=1)
+        parser.add_argument("--days", type=float, default=DEMO_DAYS, help=f"Days of history (default {DEMO_DAYS}).")
+        parser.add_argument("--login", action="store_true", help="Also create (or reset) a demo superuser.")
+        parser.add_argument("--username", default="demo")
+
+    def handle(self, *args, seed, days, login, username, **options):
+        now = timezone.now()
+        # The history ends before the live fault, so the run's last steps do not follow its failure.
+        history_end = now - LIVE_FAULT_AGO - timedelta(minutes=1)
+        with _quiet("celery.app.trace"):
+            delivery = ingest(simulate(demo_config(now=history_end, seed=seed, days=days)))
+            people = demo_people_act(now=now, until=history_end, seed=seed)
+            run = Run.objects.get(name=DEMO_RUN)
+            attempt = run.attempts.order_by("-number").first()
+            nodes = sorted(attempt.nodes.values_list("hostname", flat=True)) if attempt else []
+            live = ingest(demo_live_fault(now=now, nodes=nodes, run=DEMO_RUN, seed=seed)) if nodes else None
+        stored = delivery.stored + (live.stored if live else 0)
+        duplicates = delivery.duplicates + (live.duplicates if live else 0)
+        self.stdout.write(f"Demo fleet: {stored} events stored, {duplicates} already there.")
+        self.stdout.write(
+            f"Demo rotation: {people.acknowledged} incidents acknowledged, {people.resolved_by_fleetops} resolved by "
+            f"FleetOps and {people.resolved_by_people} by people, {people.closed} postmortem reviewed and closed, "
+            f"last week's report #{people.report_id}; one fault {LIVE_FAULT_AGO.seconds // 60} min ago left open."
+        )
+        if not login:
+            return
+        password = secrets.token_urlsafe(9)
+        user, _ = get_user_model().objects.get_or_create(username=username, defaults={"is_staff": True})
+        user.is_staff = user.is_superuser = True
+        user.set_password(password)
+        user.save()
+        self.stdout.write(self.style.SUCCESS(f"Demo login: {username} / {password}"))
