@@ -8,6 +8,14 @@ from django.urls import reverse
 from runs.models import GPU, Node, Run
 
 
+class LiveIncidents(models.Manager):
+    """Incidents not discarded with a test run (incidents.services.run_discard): what every page, metric, report
+    and API answer counts. `Incident.every` holds them all; their timelines stay, the audit log."""
+
+    def get_queryset(self):
+        return super().get_queryset().filter(discarded_at__isnull=True)
+
+
 class Incident(models.Model):
     class Status(models.TextChoices):
         TRIGGERED = "triggered"
@@ -45,9 +53,19 @@ class Incident(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="commanded_incidents"
     )
     assignees = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="assigned_incidents")
+    discarded_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Discarded with its test run: out of every page and figure; its timeline stays.",
+    )
+
+    every = models.Manager()
+    objects = LiveIncidents()
 
     class Meta:
         ordering = ["-started_at"]
+        default_manager_name = "objects"
+        base_manager_name = "every"  # a timeline entry, an alert, a delivery still reaches its discarded incident
         constraints = [
             # Grouping is enforced here, not by a lock in memory: one open incident per group.
             models.UniqueConstraint(
@@ -141,6 +159,7 @@ class TimelineEntry(models.Model):
         PLAYBOOK = "playbook"
         PAGED = "paged"
         POSTMORTEM = "postmortem"
+        DISCARDED = "discarded"  # with its test run (run_discard)
 
     incident = models.ForeignKey(Incident, on_delete=models.PROTECT, related_name="timeline")
     at = models.DateTimeField()
@@ -414,3 +433,28 @@ class WeeklyReport(models.Model):
 
     def get_absolute_url(self):
         return reverse("report-page", args=[self.pk])
+
+
+class RunDiscard(models.Model):
+    """The audit of a test run discarded (incidents.services.run_discard): who, when, why, and what went with it. The
+    run's own rows and events are gone; its incidents stay, discarded, with an entry on each timeline. Append-only."""
+
+    at = models.DateTimeField()
+    actor_name = models.CharField(max_length=200, help_text="Who: a username, or 'command:<os user>'.")
+    run_name = models.CharField(max_length=200)
+    reason = models.TextField()
+    removed = models.JSONField(default=dict, help_text="How many of each: events, attempts, interruptions, ...")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self):
+        return f"{self.run_name} discarded by {self.actor_name}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise AppendOnlyError("Run discards are the audit log: they are never changed.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyError("Run discards are the audit log: they are never deleted.")

@@ -13,11 +13,11 @@ from django.utils import timezone
 
 from incidents.domain.detectors import Finding
 from incidents.domain.response import more_severe, severity_from_impact
-from incidents.models import Alert, Incident, Postmortem, TimelineEntry
+from incidents.models import Alert, Incident, Postmortem, RunDiscard, TimelineEntry
 from incidents.notifications import services as notifications
 from incidents.postmortems.services import postmortem_draft
 from incidents.selectors import cost_per_minute_usd, incident_impact, incident_impacts_get
-from runs.models import GPU, Attempt, Interruption, Node, Run
+from runs.models import GPU, Attempt, Event, Interruption, Node, Run
 
 SYSTEM = "FleetOps"
 _ALERT_RANK = {"critical": 0, "error": 1, "warning": 2, "info": 3}
@@ -571,6 +571,40 @@ def nodes_mitigated(*, node: Node, at: datetime, state: str) -> None:
         incident.status, incident.mitigated_at = Incident.Status.MITIGATED, at
         incident.save(update_fields=["status", "mitigated_at"])
         _entry(incident, kind="mitigated", at=at, text=text)
+
+
+def run_discard(*, run: Run, actor: Actor, reason: str) -> RunDiscard:
+    """Discard a test run and what it made: its events and its record (attempts, interruptions, checkpoints) are
+    deleted, its incidents closed and discarded (out of every page and figure; their timelines, the audit log, keep
+    them, with an entry saying who discarded them and why), and a RunDiscard row records it all. Nodes and clusters
+    stay: they are the fleet's, whoever named them first."""
+    if not reason.strip():
+        raise IncidentError("Say why the run is discarded (a test, a mistake): the reason goes on the audit log.")
+    with transaction.atomic():
+        now = timezone.now()
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        incidents = list(Incident.objects.select_for_update().filter(run=run).order_by("pk"))
+        for incident in incidents:
+            text = f"Discarded with its run {run.name} by {actor.name}: {reason.strip()}"
+            _entry(incident, kind=TimelineEntry.Kind.DISCARDED, actor=actor, at=now, text=text)
+            if incident.is_open:
+                incident.status, incident.closed_at = Incident.Status.CLOSED, now
+            incident.discarded_at = now
+            incident.save(update_fields=["status", "closed_at", "discarded_at"])
+        events = Event.objects.filter(run_name=run.name)
+        removed = {
+            "events": events.count(),
+            "attempts": run.attempts.count(),
+            "interruptions": run.interruptions.count(),
+            "checkpoints": run.checkpoints.count(),
+            "incidents": len(incidents),
+        }
+        events.delete()
+        name = run.name
+        run.delete()
+        return RunDiscard.objects.create(
+            at=now, actor_name=actor.name, run_name=name, reason=reason.strip(), removed=removed
+        )
 
 
 def _when(at: datetime | None) -> datetime:
