@@ -591,6 +591,9 @@ def run_discard(*, run: Run, actor: Actor, reason: str) -> RunDiscard:
                 incident.status, incident.closed_at = Incident.Status.CLOSED, now
             incident.discarded_at = now
             incident.save(update_fields=["status", "closed_at", "discarded_at"])
+        # Their alerts stop firing: one still firing would fold a new finding of the same fingerprint into itself,
+        # out of sight on a discarded incident.
+        Alert.objects.filter(incident__in=incidents, status="firing").update(status="resolved", resolved_at=now)
         events = Event.objects.filter(run_name=run.name)
         removed = {
             "events": events.count(),

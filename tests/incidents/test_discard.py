@@ -42,6 +42,7 @@ def test_discard_run_removes_a_test_run_and_records_it(post, reader):
     assert not Incident.objects.filter(pk=incident.pk).exists()  # out of every page and figure
     kept = Incident.every.get(pk=incident.pk)
     assert kept.status == "closed" and kept.discarded_at is not None
+    assert not kept.alerts.filter(status="firing").exists()  # n2's cordon alert no longer absorbs new findings
     entry = kept.timeline.get(kind=TimelineEntry.Kind.DISCARDED)
     assert entry.text.startswith("Discarded with its run r1 by command:") and entry.text.endswith("the README example")
     (discard,) = RunDiscard.objects.all()
