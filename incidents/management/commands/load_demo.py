@@ -48,18 +48,32 @@ class Command(BaseCommand):
         history_end = now - LIVE_FAULT_AGO - timedelta(minutes=1)
         with _quiet("celery.app.trace"):
             delivery = ingest(simulate(demo_config(now=history_end, seed=seed, days=days)))
-            people = demo_people_act(now=now, until=history_end, seed=seed)
             run = Run.objects.get(name=DEMO_RUN)
+            # One fault open at a time: loaded again while the last one is still down, the demo adds none, and the
+            # rotation leaves it to whoever opens the console.
+            down_since = (
+                run.interruptions.filter(planned=False, resumed_at__isnull=True)
+                .order_by("fault_at")
+                .values_list("fault_at", flat=True)
+                .first()
+            )
+            people = demo_people_act(now=now, until=min(history_end, down_since or history_end), seed=seed)
             attempt = run.attempts.order_by("-number").first()
             nodes = sorted(attempt.nodes.values_list("hostname", flat=True)) if attempt else []
-            live = ingest(demo_live_fault(now=now, nodes=nodes, run=DEMO_RUN, seed=seed)) if nodes else None
+            fresh = bool(nodes) and down_since is None
+            live = ingest(demo_live_fault(now=now, nodes=nodes, run=DEMO_RUN, seed=seed)) if fresh else None
         stored = delivery.stored + (live.stored if live else 0)
         duplicates = delivery.duplicates + (live.duplicates if live else 0)
         self.stdout.write(f"Demo fleet: {stored} events stored, {duplicates} already there.")
         self.stdout.write(
             f"Demo rotation: {people.acknowledged} incidents acknowledged, {people.resolved_by_fleetops} resolved by "
             f"FleetOps and {people.resolved_by_people} by people, {people.closed} postmortem reviewed and closed, "
-            f"last week's report #{people.report_id}; one fault {LIVE_FAULT_AGO.seconds // 60} min ago left open."
+            f"last week's report #{people.report_id}; "
+            + (
+                f"one fault {LIVE_FAULT_AGO.seconds // 60} min ago left open."
+                if live
+                else "the last fault is still open."
+            )
         )
         if not login:
             return

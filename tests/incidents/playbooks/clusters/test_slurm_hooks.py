@@ -91,10 +91,14 @@ def test_a_real_slurm_drain_fires_the_trigger(slurm_cluster, target, tmp_path):
     slurm_cluster.run("strigger", "--set", "--node=gpu-003", "--drain", f"--program={program}")
     try:
         slurm_cluster.run("scontrol", "update", "nodename=gpu-003", "state=drain", "reason=xid 79")
+        # Applied and looked at by the detectors, not only stored: the live server's thread works on it after the
+        # intake commits, and a teardown flush racing that work deadlocked (TRUNCATE against its row locks).
         event = wait_for(
-            lambda: Event.objects.filter(type="node.state", data__node="gpu-003").first(),
+            lambda: Event.objects.filter(
+                type="node.state", data__node="gpu-003", applied_at__isnull=False, detected_at__isnull=False
+            ).first(),
             timeout=45,
-            what="the trigger's node.state event",
+            what="the trigger's node.state event, applied and detected",
         )
         assert event.data["state"] == "draining"
         assert "xid 79" in event.data["reason"]
