@@ -381,7 +381,7 @@ def incident_refresh(*, incident: Incident, at: datetime | None = None, impact=N
         incident.severity, incident.severity_overridden = fresh.severity, fresh.severity_overridden
         incident.recommended_action = fresh.recommended_action
         alerts = list(incident.alerts.order_by("first_seen_at"))
-        firing = sorted((a for a in alerts if a.status == "firing"), key=lambda a: _ALERT_RANK.get(a.severity, 3))
+        firing = _by_rank(a for a in alerts if a.status == "firing")
         action = next((a.recommended_action for a in firing if a.recommended_action), incident.recommended_action)
         fields = []
         if action != incident.recommended_action:
@@ -401,6 +401,11 @@ def incident_refresh(*, incident: Incident, at: datetime | None = None, impact=N
             fields.append("severity")
         if fields:
             incident.save(update_fields=fields)
+
+
+def _by_rank(alerts) -> list[Alert]:
+    """Alerts, the most severe first (critical, error, warning, info)."""
+    return sorted(alerts, key=lambda a: _ALERT_RANK.get(a.severity, 3))
 
 
 def _severity(incident: Incident, worst: Alert | None, alerts: list[Alert], impact=None) -> tuple[str, str]:
@@ -677,9 +682,10 @@ def _severity_set(incident: Incident, actor: Actor, severity: str, reason: str, 
     before = incident.severity
     # What impact graded then, priced: automation moves a person's severity again only for impact graded worse.
     alerts = list(incident.alerts.all())
-    firing = [a for a in alerts if a.status == "firing"]
-    worst = min(firing, key=lambda a: _ALERT_RANK.get(a.severity, 3), default=None)
-    graded, _ = _severity(incident, worst, alerts, incident_impact(incident=incident, now=timezone.now()))
+    firing = _by_rank(a for a in alerts if a.status == "firing")
+    graded, _ = _severity(
+        incident, firing[0] if firing else None, alerts, incident_impact(incident=incident, now=timezone.now())
+    )
     incident.severity, incident.severity_overridden = severity, True
     incident.save(update_fields=["severity", "severity_overridden"])
     _entry(

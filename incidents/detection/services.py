@@ -98,7 +98,7 @@ def _detect(events: list[Event]) -> int:
         elif event.type == "gpu.health":
             recorded += sum(_record(f, event.time) for f in _gpu_health(event))
     _heartbeats_back(heard)
-    _runs_heard(set(runs_heard), runs_heard)
+    _runs_heard(runs_heard)
     return recorded + _xids_record(samples)
 
 
@@ -152,8 +152,10 @@ def _stabilize(alert) -> None:
         return
     if alert.first_seen_at < timezone.now() - timedelta(seconds=settings.PLAYBOOK_AUTO_START_MAX_AGE_S):
         return  # a fault from the past (a backfill, the demo's history) is not drained now
-    automatic = incident.playbooks.filter(playbook="drain-and-replace", node=alert.node, started_by=services.SYSTEM)
-    if automatic.filter(dry_run=False).exists():
+    tried = incident.playbooks.filter(
+        playbook="drain-and-replace", node=alert.node, started_by=services.SYSTEM, dry_run=False
+    )
+    if tried.exists():
         # FleetOps tried this node once for this incident (its Xid, then the scheduler's report of the same fault):
         # running or done, or failed and a person paged, who decides now; a second try would page them again.
         return
@@ -340,12 +342,12 @@ def silent_runs_detect(*, now: datetime) -> int:
     return recorded
 
 
-def _runs_heard(names: set[str], heard: dict[str, datetime]) -> None:
+def _runs_heard(heard: dict[str, datetime]) -> None:
     """Runs heard from again: their silence alerts clear, at the latest of their events here. A late event from
     before the silence (its record still ends where the alert began) clears nothing."""
-    if not names:
+    if not heard:
         return
-    silent = Alert.objects.filter(status="firing", kind="run_silent", run__name__in=names).select_related("run")
+    silent = Alert.objects.filter(status="firing", kind="run_silent", run__name__in=heard).select_related("run")
     for alert in silent:
         heard_until = runs_heard_until_get(runs=[alert.run]).get(alert.run.pk)
         if heard_until is not None and heard_until <= alert.first_seen_at:
