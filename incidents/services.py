@@ -177,17 +177,13 @@ class _Grouping:
                 rows = Incident.objects.select_for_update().filter(run=run, status__in=Incident.OPEN)
                 self.of_run[run.pk] = list(rows)
                 self.by_key.update({i.group_key: i for i in self.of_run[run.pk]})  # one object per row, kept in step
-            current = max(
-                (
-                    i
-                    for i in self.of_run[run.pk]
-                    if i.started_at <= at + self.window
-                    and (i.mitigated_at is None or i.mitigated_at >= at - self.window)
-                ),
+            latest = max(
+                (i for i in self.of_run[run.pk] if i.started_at <= at + self.window),
                 key=lambda i: i.started_at,
                 default=None,
             )
-            return current.group_key if current is not None else f"run:{run.name}@{at:%Y-%m-%dT%H:%M:%S}"
+            held = (lambda i: (i.pk, node.pk) in self.links or i.nodes.filter(pk=node.pk).exists()) if node else None
+            return _run_key(run, latest, at, holds=held)
         return _group_key(node=node, run=None, at=at, open_incident=self.open_incident)
 
     def opened(self, incident: Incident) -> None:
@@ -341,19 +337,36 @@ def _run_on(node: Node, at: datetime) -> Run | None:
     return attempt.run if attempt is not None else None
 
 
+def _run_key(run: Run, latest: Incident | None, at: datetime, *, holds=None) -> str:
+    """The group key of a run's alert at `at`: its latest open incident begun by then (within the window) while that
+    outage lasts, else a new outage's, keyed by when it began (docs/DOMAIN.md section 6).
+
+    One incident per outage: until the run trains again it takes every alert (a late report of something before
+    that, too); after, it takes only its own nodes' stragglers for a window (the scheduler's cordon, the dead GPU's
+    last Xids). Anything else after the run trained again is a new fault, so a new incident: joined to the old one,
+    its fault would be charged to an incident that began before the run was last healthy, and the next alert of it,
+    past the window, would open a second incident for the same fault. `holds(incident)`: whether the alert's node
+    is one of the incident's, asked only when that decides."""
+    window = timedelta(seconds=settings.INCIDENT_GROUP_WINDOW_S)
+    if latest is not None and (
+        latest.mitigated_at is None
+        or at <= latest.mitigated_at
+        or (at <= latest.mitigated_at + window and holds is not None and holds(latest))
+    ):
+        return latest.group_key
+    return f"run:{run.name}@{at:%Y-%m-%dT%H:%M:%S}"
+
+
 def _group_key(*, node: Node | None, run: Run | None, at: datetime, open_incident=None) -> str:
     """run:<name>@<start> when a run is hit; else a burst in one switch or rack within the window; else the node."""
     window = timedelta(seconds=settings.INCIDENT_GROUP_WINDOW_S)
     if run is not None:
-        # One incident per outage of the run: it takes alerts until it has been mitigated for a window; a fault
-        # after that is a new outage, with a new incident (keyed by when it began).
-        current = (
+        latest = (
             Incident.objects.filter(run=run, status__in=Incident.OPEN, started_at__lte=at + window)
-            .filter(Q(mitigated_at__isnull=True) | Q(mitigated_at__gte=at - window))
             .order_by("-started_at")
             .first()
         )
-        return current.group_key if current is not None else f"run:{run.name}@{at:%Y-%m-%dT%H:%M:%S}"
+        return _run_key(run, latest, at, holds=(lambda i: i.nodes.filter(pk=node.pk).exists()) if node else None)
     if node is None:
         return "fleet"
     for place in ("switch", "rack"):

@@ -217,6 +217,41 @@ def test_a_fault_after_the_run_was_mitigated_is_a_new_incident(post):
     assert first.group_key != second.group_key and second.group_key.startswith("run:r1@")
 
 
+@pytest.mark.reliability(
+    "A second fault ten minutes after the run trained again (54 simulated days: its Xid joined the outage before, "
+    "the scheduler's cordon 30 s later, past the window, opened an incident that then took the next fault)",
+    how="failure_and_restart, then n2's dead GPU's last Xid, n3's Xid 79, the run's failure and n3's cordon, posted "
+    "in one batch and one event at a time",
+    outcome="two incidents: the first keeps its node's straggler, the second starts at the new fault and holds "
+    "its Xid, failure and cordon, whichever way the events came",
+)
+@pytest.mark.parametrize("one_by_one", [False, True])
+def test_a_fault_soon_after_the_run_trained_again_is_a_new_incident_with_all_its_alerts(post, one_by_one):
+    story = [e for e in failure_and_restart() if e["type"] != "run.completed"]  # mitigated at +58
+    again = [
+        event("gpu.xid", at(62), "late-n2", node="n2", gpu=3, xid=79, message="GPU has fallen off the bus"),
+        event("gpu.xid", at(68), "xid-n3", node="n3", gpu=1, xid=79, message="GPU has fallen off the bus"),
+        event("run.failed", at(68), "again", run="r1", reason="GPU fell off the bus", node="n3", gpu=1, xid=79),
+        event("node.state", at(74), "cordon-n3", node="n3", state="cordoned", reason="Xid 79"),  # window: to +73
+    ]
+    post(story)
+    for batch in [[e] for e in again] if one_by_one else [again]:
+        post(batch)
+    first, second = Incident.objects.order_by("started_at")
+    assert first.started_at == at(45) and second.started_at == at(68)
+    assert sorted(first.alerts.values_list("kind", "node__hostname")) == [
+        ("node_state", "n2"),
+        ("run_failed", "n2"),
+        ("xid", "n2"),
+    ]
+    assert first.alerts.get(kind="xid").count == 2  # the straggler, 4 min after the run trained again
+    assert sorted(second.alerts.values_list("kind", "node__hostname")) == [
+        ("node_state", "n3"),
+        ("run_failed", "n3"),
+        ("xid", "n3"),
+    ]
+
+
 def test_an_xid_detected_before_its_run_is_known_joins_the_run_incident(post):
     """Workers apply batches in parallel: n2's Xids may be detected before the run.started that put n2 in r1."""
     story = story_until_failure()
