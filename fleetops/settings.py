@@ -4,6 +4,7 @@ One module for every environment: development defaults are safe only because DEB
 locally and production must turn it off and then supply SECRET_KEY and ALLOWED_HOSTS itself.
 """
 
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -401,3 +402,11 @@ NOTIFY_TIMEOUT_S = env.float("NOTIFY_TIMEOUT_S", default=10.0)  # per HTTP reque
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="fleetops@localhost")
 EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
 EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+# With no EMAIL_HOST set (the embedded default), each message is a file under var/mail/: a sink anyone can read,
+# where the demo's on-call e-mail endpoint delivers. Set EMAIL_HOST (or EMAIL_BACKEND) to send through SMTP.
+EMAIL_BACKEND = env.str(
+    "EMAIL_BACKEND",
+    default="django.core.mail.backends."
+    + ("smtp.EmailBackend" if "EMAIL_HOST" in os.environ else "filebased.EmailBackend"),
+)
+EMAIL_FILE_PATH = env.path("EMAIL_FILE_PATH", default=BASE_DIR / "var" / "mail")

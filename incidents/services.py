@@ -403,14 +403,16 @@ def incident_refresh(*, incident: Incident, at: datetime | None = None, impact=N
         graded, why = _severity(incident, firing[0] if firing else None, alerts, impact)
         severity = _raised(incident, graded)
         if severity != incident.severity:
+            # Set first: the entry's notifications describe the incident as it is (a mail said "[SEV4] ... SEV4 →
+            # SEV2").
+            before, incident.severity = incident.severity, severity
             _entry(
                 incident,
                 kind="severity",
                 at=at,
-                text=f"Severity {incident.severity} → {severity} from impact: {why}",
-                data={"from": incident.severity, "to": severity, "impact": graded},
+                text=f"Severity {before} → {severity} from impact: {why}",
+                data={"from": before, "to": severity, "impact": graded},
             )
-            incident.severity = severity
             fields.append("severity")
         if fields:
             incident.save(update_fields=fields)

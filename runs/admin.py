@@ -10,7 +10,7 @@ from runs.services import quarantined_replay
 
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
-    list_display = ["name", "scheduler", "api_url"]
+    list_display = ["name", "scheduler", "api_url", "max_out_share"]
 
 
 class GPUInline(admin.TabularInline):

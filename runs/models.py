@@ -8,6 +8,7 @@ import hashlib
 import secrets
 
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.urls import reverse
@@ -26,6 +27,14 @@ class Cluster(models.Model):
     name = models.CharField(max_length=200, unique=True)
     scheduler = models.CharField(max_length=20, choices=Scheduler.choices, default=Scheduler.SIMULATED)
     api_url = models.CharField(max_length=500, blank=True, help_text="Where the scheduler's API answers.")
+    max_out_share = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Circuit breaker: the share of this cluster's nodes that may be out of service before a playbook "
+        "pages a human instead of draining one more. Blank: PLAYBOOK_MAX_OUT_SHARE. A small cluster needs more than "
+        "a large one: at 5 %, a 40-node cluster may have two nodes out.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

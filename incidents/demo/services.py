@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
 from incidents import services
-from incidents.models import Incident, Postmortem
+from incidents.models import Incident, Postmortem, WebhookEndpoint
 from incidents.postmortems.services import postmortem_review
 from incidents.reports.services import report_generate
 from runs.domain.utcdays import week_start
@@ -115,6 +115,27 @@ def _last_weeks_report(now: datetime) -> int | None:
     until = week_start(now)
     report = report_generate(since=until - timedelta(days=7), until=until, now=now)
     return report.pk
+
+
+DEMO_MAIL = "oncall@demo.invalid"
+
+
+def demo_mail_endpoint() -> WebhookEndpoint:
+    """The rotation's e-mail endpoint: every event of an incident from now on is a delivery (the deliveries page),
+    sent through the mail backend, in the embedded default a file under var/mail/ (settings.EMAIL_FILE_PATH)."""
+    endpoint, _ = WebhookEndpoint.objects.get_or_create(
+        name="demo on-call e-mail", defaults={"url": DEMO_MAIL, "format": WebhookEndpoint.Format.EMAIL}
+    )
+    return endpoint
+
+
+def mail_sink() -> str:
+    """Where the mail backend puts what it sends, in words."""
+    if settings.EMAIL_BACKEND.endswith("filebased.EmailBackend"):
+        return f"written as files under {settings.EMAIL_FILE_PATH}"
+    if settings.EMAIL_BACKEND.endswith("smtp.EmailBackend"):
+        return f"sent through {settings.EMAIL_HOST}:{settings.EMAIL_PORT}"
+    return f"handed to {settings.EMAIL_BACKEND}"
 
 
 def demo_live_fault(*, now: datetime, nodes: list[str], run: str, seed: int) -> list[dict]:

@@ -67,7 +67,7 @@ def check(*, execution, cluster, adapter: ClusterAdapter) -> None:
     why = breaker_reason(
         taken_out=len(out),
         fleet=fleet,
-        max_share=settings.PLAYBOOK_MAX_OUT_SHARE,
+        max_share=settings.PLAYBOOK_MAX_OUT_SHARE if cluster.max_out_share is None else cluster.max_out_share,
         max_nodes=settings.PLAYBOOK_MAX_OUT_NODES,
         drains_in_window=drains,
         max_drains=settings.PLAYBOOK_MAX_DRAINS_PER_HOUR,

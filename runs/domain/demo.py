@@ -9,6 +9,11 @@ DEMO_DAYS = 21
 DEMO_RATE_FACTOR = 10
 DEMO_RUN = "llama3-70b-pretrain"
 DEMO_SOURCE = "fleetops/demo"
+DEMO_CLUSTER = "demo-slurm"
+# The circuit breaker's share for the demo's 40-node cluster (Cluster.max_out_share): at the default 5 % two nodes
+# may be out, fewer than its repairs hold on a usual day (48 h each, at ten times Llama 3's failure rate), so every
+# automatic drain would page a person instead. 20 %: eight nodes.
+DEMO_MAX_OUT_SHARE = 0.2
 
 
 def demo_config(*, now: datetime, seed: int, days: float = DEMO_DAYS) -> SimulationConfig:
@@ -28,7 +33,7 @@ def demo_config(*, now: datetime, seed: int, days: float = DEMO_DAYS) -> Simulat
         completes=False,
         model_params=70_000_000_000,
         step_s=15.0,
-        cluster="demo-slurm",
+        cluster=DEMO_CLUSTER,
         run=DEMO_RUN,
         source=DEMO_SOURCE,
     )

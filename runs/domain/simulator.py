@@ -493,7 +493,7 @@ class _Simulation:
         )
         running = detected + c.rescheduling.draw(rng)
         if "node" in details:
-            self._repair(details["node"], cause, detected)
+            self._repair(details["node"], cause, detected, gpu=details.get("gpu"))
             running = self._replace(details["node"], running)
         return self._attempt(running)
 
@@ -572,8 +572,10 @@ class _Simulation:
             )
         return xid
 
-    def _repair(self, node: str, cause: Cause, detected: float) -> None:
-        """Cordon, repair, burn-in and health check; the node is back in the spare pool afterwards."""
+    def _repair(self, node: str, cause: Cause, detected: float, *, gpu: int | None = None) -> None:
+        """Cordon, repair, burn-in and health check; the node is back in the spare pool afterwards. The agent,
+        started again on the repaired node, reads its faulted GPU clean: without that reading the record keeps the
+        fault's (a driver asking for a reboot, a pending row remap) on a node back in service for ever."""
         c, rng = self.c, self.rng
         label = CAUSES[cause][0]
         cordoned = detected + rng.uniform(5, 60)
@@ -583,6 +585,9 @@ class _Simulation:
         burn_in = in_repair + c.repair.draw(rng)
         fix = "GPU replaced (RMA)" if CAUSES[cause][1] == Group.GPU else f"{label} repaired"
         self._push(burn_in, "node.state", node=node, state="burn_in", reason=fix)
+        signal = _GPU_SIGNALS.get(cause)
+        if gpu is not None and signal is not None and (signal.health or signal.ecc):
+            self._clean_reading(node, gpu, signal, burn_in + 60)
         ready = burn_in + c.burn_in.draw(rng)
         self._push(ready, "healthcheck.result", node=node, check="dcgm_diag_r3", passed=True)
         self._push(ready, "node.state", node=node, state="hot_spare", reason="Passed burn-in and DCGM diagnostics")
@@ -590,6 +595,33 @@ class _Simulation:
         # A replaced GPU starts its ECC totals from zero.
         for key in [key for key in self.ecc if key[0] == node]:
             del self.ecc[key]
+
+    def _clean_reading(self, node: str, gpu: int, signal: "_GpuSignal", at: float) -> None:
+        """A repaired GPU's first readings: no recovery action, idle and cool; ECC totals from zero (replaced).
+        No random draw, so the rest of the stream is the one the seed gave before."""
+        if signal.health:
+            self._push(
+                at,
+                "gpu.health",
+                node=node,
+                gpu=gpu,
+                temperature_c=40.0,
+                throttle_reasons=[],
+                nvlink_errors=0,
+                recovery_action=0,
+            )
+        if signal.ecc:
+            self._push(
+                at,
+                "gpu.ecc",
+                node=node,
+                gpu=gpu,
+                corrected=0,
+                uncorrected=0,
+                remapped_rows_uncorrected=0,
+                remapped_rows_pending=False,
+                remapped_rows_failure=False,
+            )
 
     def _replace(self, node: str, at: float) -> float:
         """Swap `node` for a hot spare; returns when the job can start, later if it had to wait for a repair."""

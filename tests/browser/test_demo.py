@@ -27,9 +27,8 @@ def test_the_demo_leads_with_its_open_fault_and_its_pages_have_content(page, liv
     page.screenshot(path=str(artifacts / "demo-board.png"), full_page=True)
 
     page.goto(f"{live_server.url}/incidents/{live.pk}")
-    expect(page.locator("#incident-playbooks")).to_contain_text(
-        "drain-and-replace"
-    )  # FleetOps tried, the breaker said no
+    expect(page.locator("#incident-playbooks")).to_contain_text("drain-and-replace")  # FleetOps drained the node
+    expect(page.locator("#incident-playbooks")).to_contain_text("succeeded")
 
     report = WeeklyReport.objects.get()
     page.goto(f"{live_server.url}/reports/{report.pk}")
@@ -38,6 +37,9 @@ def test_the_demo_leads_with_its_open_fault_and_its_pages_have_content(page, liv
     assert 0 <= mttd <= 2  # the simulator's detections: 5-120 s for a crash, an agent's Xid at once
     assert ACK_MIN[0] <= mtta <= ACK_MIN[2]  # the rotation's 1-15 min
     page.screenshot(path=str(artifacts / "demo-report.png"), full_page=True)
+
+    page.goto(f"{live_server.url}/incidents/deliveries")
+    expect(page.locator("#delivery-table tr.delivery-delivered", has_text="triggered")).to_have_count(1)
 
     reviewed = Postmortem.objects.get(reviewed_at__isnull=False)
     page.goto(f"{live_server.url}/incidents/{reviewed.incident_id}/postmortem")

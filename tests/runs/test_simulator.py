@@ -159,6 +159,39 @@ def test_a_gpu_fault_names_its_hardware_and_the_node_goes_to_repair_and_is_repla
     assert checked >= 10
 
 
+def test_a_repaired_gpu_is_read_clean_before_its_node_is_back(small):
+    """Without it the record kept the fault's reading (a driver asking for a reboot, a pending row remap) on nodes
+    back in service for ever, and FleetOps' own return-to-service gate failed every repaired node."""
+    readings = [e for e in small if e["type"] in ("gpu.health", "gpu.ecc")]
+    checked = 0
+    for fault in readings:
+        data = fault["data"]
+        if not (data.get("recovery_action") or data.get("remapped_rows_pending") or data.get("remapped_rows_failure")):
+            continue
+        back = next(
+            (
+                e["time"]
+                for e in of_type(small, "node.state")
+                if e["data"]["node"] == data["node"] and e["time"] > fault["time"] and e["data"]["state"] == "hot_spare"
+            ),
+            None,
+        )
+        if back is None:
+            continue  # still in repair when the stream ends
+        clean = [
+            e["data"]
+            for e in readings
+            if e["type"] == fault["type"]
+            and (e["data"]["node"], e["data"]["gpu"]) == (data["node"], data["gpu"])
+            and fault["time"] < e["time"] <= back
+        ]
+        assert clean and not any(
+            d.get("recovery_action") or d.get("remapped_rows_pending") or d.get("remapped_rows_failure") for d in clean
+        ), fault
+        checked += 1
+    assert checked >= 5
+
+
 def test_detection_is_seconds_for_a_crash_and_minutes_for_a_hang(small):
     from runs.domain.cloudevents import parse_time
 

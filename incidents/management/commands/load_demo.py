@@ -11,11 +11,11 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from incidents.demo.services import LIVE_FAULT_AGO, demo_live_fault, demo_people_act
-from runs.domain.demo import DEMO_DAYS, DEMO_RUN, demo_config
+from incidents.demo.services import LIVE_FAULT_AGO, demo_live_fault, demo_mail_endpoint, demo_people_act, mail_sink
+from runs.domain.demo import DEMO_CLUSTER, DEMO_DAYS, DEMO_MAX_OUT_SHARE, DEMO_RUN, demo_config
 from runs.domain.simulator import simulate
 from runs.management.commands.simulate import ingest
-from runs.models import Run
+from runs.models import Cluster, Run
 
 
 @contextmanager
@@ -49,6 +49,7 @@ class Command(BaseCommand):
         with _quiet("celery.app.trace"):
             delivery = ingest(simulate(demo_config(now=history_end, seed=seed, days=days)))
             run = Run.objects.get(name=DEMO_RUN)
+            Cluster.objects.filter(name=DEMO_CLUSTER).update(max_out_share=DEMO_MAX_OUT_SHARE)
             # One fault open at a time: loaded again while the last one is still down, the demo adds none, and the
             # rotation leaves it to whoever opens the console.
             down_since = (
@@ -61,6 +62,7 @@ class Command(BaseCommand):
             attempt = run.attempts.order_by("-number").first()
             nodes = sorted(attempt.nodes.values_list("hostname", flat=True)) if attempt else []
             fresh = bool(nodes) and down_since is None
+            mail = demo_mail_endpoint()  # before the live fault: its page goes out, the history's went long ago
             live = ingest(demo_live_fault(now=now, nodes=nodes, run=DEMO_RUN, seed=seed)) if fresh else None
         stored = delivery.stored + (live.stored if live else 0)
         duplicates = delivery.duplicates + (live.duplicates if live else 0)
@@ -75,6 +77,7 @@ class Command(BaseCommand):
                 else "the last fault is still open."
             )
         )
+        self.stdout.write(f"Demo notifications: e-mail to {mail.url}, {mail_sink()}.")
         if not login:
             return
         password = secrets.token_urlsafe(9)

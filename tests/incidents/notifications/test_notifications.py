@@ -227,6 +227,14 @@ def test_it_maps_timeline_entries_to_events():
     ]
 
 
+def test_a_severity_change_is_sent_with_the_severity_it_changed_to(post):
+    """The demo's mail read "[SEV4] ... Severity SEV4 → SEV2 ... severity SEV4": built before the grade was set."""
+    _endpoint(url="oncall@example.com", format="email")
+    post(story_until_failure())  # 16 GPUs idle: SEV4 → SEV3 from impact
+    payload = Delivery.objects.get(event="severity_changed").payload
+    assert payload["subject"].startswith("[SEV3] ") and "severity SEV3." in payload["body"]
+
+
 def test_slack_payload_shape():
     _endpoint(format="slack")
     incident = _incident()

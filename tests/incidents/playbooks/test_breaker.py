@@ -100,3 +100,22 @@ def test_the_schedulers_own_view_counts_beside_the_record():
     _drain(cluster, "x02", held=["x00"])  # 1 out + this one: allowed
     with pytest.raises(RefusedError, match="2 of 40 nodes already out of service"):
         _drain(cluster, "x02", held=["x00", "x01"])  # the record says all in service; the scheduler does not
+
+
+def test_a_clusters_own_share_replaces_the_default():
+    """A 40-node cluster at the default 5 % may have two nodes out: its own share (Cluster.max_out_share) lets it
+    hold a usual day's repairs and still drain, and only it."""
+    cluster, other = _fleet(), Cluster.objects.create(name="c2")
+    Node.objects.bulk_create([Node(hostname=f"y{i:02d}", cluster=other, state="in_service") for i in range(40)])
+    Node.objects.filter(hostname__in=["x00", "x01", "x02", "x03", "x04"]).update(state="in_repair")
+    Node.objects.filter(hostname__in=["y00", "y01", "y02", "y03", "y04"]).update(state="in_repair")
+    with pytest.raises(RefusedError, match="5 of 40 nodes already out of service \\(at most 5%\\)"):
+        _drain(cluster, "x05")
+    Cluster.objects.filter(pk=cluster.pk).update(max_out_share=0.2)
+    cluster.refresh_from_db()
+    _drain(cluster, "x05")  # 6 of 40 = 15 %: allowed
+    with pytest.raises(RefusedError, match="at most 5%"):
+        _drain(other, "y05")  # the other cluster keeps the default
+    Node.objects.filter(hostname__in=["x05", "x06", "x07"]).update(state="in_repair")
+    with pytest.raises(RefusedError, match="8 of 40 nodes already out of service \\(at most 20%\\)"):
+        _drain(cluster, "x08")  # 9 of 40 > 20 %
