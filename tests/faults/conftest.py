@@ -27,24 +27,11 @@ from django.conf import settings
 
 from fleetops.celery import app as celery_app
 from tests.conftest import require
-from tests.services import wait_for
+from tests.services import free_ports, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 GUNICORN = Path(sys.executable).parent / "gunicorn"
-PORTS = range(55400, 55500)
 TEMPLATE = "fleetops_template"
-
-
-def free_port() -> int:
-    for port in PORTS:
-        with socket.socket() as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 55400-55499")
 
 
 # --- PostgreSQL -------------------------------------------------------------------------------------------
@@ -59,7 +46,7 @@ class PrivatePostgres:
     """One PostgreSQL cluster of our own: stop(), start(), restart() at will."""
 
     def __init__(self, root: Path, bindir: Path):
-        self.root, self.bindir, self.port = root, bindir, free_port()
+        self.root, self.bindir, self.port = root, bindir, free_ports()
         self.data = root / "data"
         self._as_postgres(self.bindir / "initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "--no-sync")
         self.start()
@@ -179,7 +166,7 @@ class PrivateRedis:
     """`redis-server` as a child process, no persistence: a restart loses every queued task, as a crash would."""
 
     def __init__(self, root: Path):
-        self.root, self.port, self.process = root, free_port(), None
+        self.root, self.port, self.process = root, free_ports(), None
         self.start()
 
     @property
@@ -246,7 +233,7 @@ class Gunicorn:
     """`gunicorn fleetops.wsgi` (two worker processes) on a free port; output kept in `log`."""
 
     def __init__(self, root: Path, env: dict[str, str], workers: int = 2):
-        self.port, self.log = free_port(), root / "gunicorn.log"
+        self.port, self.log = free_ports(), root / "gunicorn.log"
         command = [str(GUNICORN), "fleetops.wsgi:application", "-b", f"127.0.0.1:{self.port}", "-w", str(workers)]
         command += ["--timeout", "60", "--graceful-timeout", "5"]
         self.process = subprocess.Popen(

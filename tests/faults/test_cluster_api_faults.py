@@ -15,8 +15,7 @@ import pytest
 from incidents.models import PlaybookExecution, StepExecution
 from incidents.playbooks.clusters.slurm import SlurmAdapter, SlurmConfig
 from runs.models import Cluster
-from tests.faults.conftest import free_port
-from tests.services import Worker, wait_for
+from tests.services import Worker, free_ports, wait_for
 from tests.slurm import put_back, start_training_job
 from tests.stories import event
 
@@ -29,7 +28,7 @@ class Proxy:
     """127.0.0.1:port -> slurmctld; `mode` is "pass", "hang" or "reset" and may change at any time."""
 
     def __init__(self, upstream: int):
-        self.upstream, self.mode, self.port = upstream, "pass", free_port()
+        self.upstream, self.mode, self.port = upstream, "pass", free_ports()
         self.connections = {"pass": 0, "hang": 0, "reset": 0}
         self._held: list[socket.socket] = []
         self._server = socket.create_server(("127.0.0.1", self.port))
