@@ -453,10 +453,14 @@ def _rewound_from(step: int | None, fault: int, node_named: bool, written: dict[
     1. the end of the blocking of that step's completed write, if it ended by the fault (the trainer loaded it);
     2. else the start of that step's write, if it started by the fault (its completion lost, or cut by the fault);
     3. else the latest blocking end of an earlier step's write that survived the fault (_survives);
-    4. else `floor`. Not resumed yet (no step): all training since `floor` is taken as lost.
+    4. else `floor`.
+    Not resumed yet (no step): rule 3 over every step, the last checkpoint the restore can load (the live figure
+    of a run still down; its restore, once it comes, says where it was), else `floor`.
     """
     if step is None:
-        return floor
+        kept = (w[1] for ws in written.values() for w in ws if _survives(w, fault, node_named))
+        point = max(kept, default=floor)
+        return point if point > floor else floor
     own = written.get(step, ())
     point = max((end for _start, end, _ in own if end is not None and end <= fault), default=None)
     if point is None:

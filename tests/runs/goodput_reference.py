@@ -354,6 +354,16 @@ def _resume_step_for_rewind(interruptions: list[Interruption], index: int) -> in
     return None
 
 
+def _survived(write: Write, fault: int, node: str | None) -> bool:
+    """Rule 3's "a completed write ... that survived the fault: its blocking ended by F, and it was durable by F, or
+    it is a memory or local copy and the fault named no node"."""
+    if not write.completed or write.blocking_end > fault:
+        return False
+    durable_by_fault = write.durable is not None and write.durable <= fault
+    # AMBIGUOUS: "a memory or local copy" is read from the tier alone, with or without a durable_at.
+    return durable_by_fault or (write.tier in ("memory", "local") and node is None)
+
+
 def _rewind_point(writes: dict[int, Write], s: int | None, fault: int, node: str | None, previous_end: int) -> int:
     """ "The rewound work of an interruption runs from a rewind point up to the fault. With S the step the run resumed
     from ... and F the fault:
@@ -363,30 +373,24 @@ def _rewind_point(writes: dict[int, Write], s: int | None, fault: int, node: str
        ended by F, and it was durable by F, or it is a memory or local copy and the fault named no node ...;
     4. else where the previous interruption ended (its resume, or where its open stage stopped), or the run's start
        for the first one: all training since then is lost.
-    The rewind point is never before where the previous interruption ended. Not resumed yet (no S), all training
-    since the previous interruption ended (or the run started) counts as lost."
+    The rewind point is never before where the previous interruption ended. Not resumed yet (no S), the rewind point
+    is rule 3's over the writes of every step (the last checkpoint that survived the fault), else rule 4's."
     """
-    if s is None:
-        return previous_end
-
     point = None
+    if s is None:
+        survivors = [w.blocking_end for w in writes.values() if isinstance(w.step, int) and _survived(w, fault, node)]
+        return max(max(survivors, default=previous_end), previous_end)
     own = writes.get(s)
     if own is not None and own.completed and own.blocking_end <= fault:  # rule 1
         point = own.blocking_end
     elif own is not None and own.start is not None and own.start <= fault and not own.failed:  # rule 2
         point = own.start
     else:  # rule 3
-        survivors = []
-        for write in writes.values():
-            if not (isinstance(write.step, int) and write.step < s and write.completed):
-                continue
-            if write.blocking_end > fault:
-                continue
-            durable_by_fault = write.durable is not None and write.durable <= fault
-            # AMBIGUOUS: "a memory or local copy" is read from the tier alone, with or without a durable_at.
-            on_nodes_and_no_node_named = write.tier in ("memory", "local") and node is None
-            if durable_by_fault or on_nodes_and_no_node_named:
-                survivors.append(write.blocking_end)
+        survivors = [
+            w.blocking_end
+            for w in writes.values()
+            if isinstance(w.step, int) and w.step < s and _survived(w, fault, node)
+        ]
         if survivors:
             point = max(survivors)
     if point is None:  # rule 4

@@ -203,6 +203,21 @@ def test_it_runs_an_open_restart_until_now_but_not_past_the_window():
     assert (cut.wall_clock_s, cut.rescheduling_s) == (3600, 28 * 60)
 
 
+def test_a_run_still_down_counts_the_work_since_its_last_surviving_checkpoint_as_lost():
+    """The demo's live fault claimed 265 min rewound (all since the last restore) with a durable checkpoint 18 min
+    before it: until the restore says where it loaded from, the rewind point is the last checkpoint the fault left."""
+    durable = CheckpointSpan(4, at(20), 30.0, durable_at=at(21))
+    in_memory = CheckpointSpan(5, at(25), 10.0, tier="memory")  # on the run's nodes: a fault on a node takes it
+    down = RunTimeline(
+        started_at=at(0), gpus=8, interruptions=(restart(30, 32, None, None),), checkpoints=(durable, in_memory)
+    )
+    assert whole(down, now=at(40)).rewound_s == 30 * 60 - 25 * 60 - 10  # the memory copy survives a crash
+    on_node = replace(down, interruptions=(replace(down.interruptions[0], node="n2"),))
+    assert whole(on_node, now=at(40)).rewound_s == 30 * 60 - 20 * 60 - 30  # the durable one survives a dead node
+    restored = replace(down, interruptions=(restart(30, 32, 35, 38, step=4),))
+    assert whole(restored, now=at(40)).rewound_s == 30 * 60 - 20 * 60 - 30  # the restore says where it was
+
+
 def test_it_runs_an_open_reload_until_the_next_fault():
     # The restarted job crashed again while loading: the first reload ends where the second fault begins.
     twice = RunTimeline(
