@@ -9,13 +9,14 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from incidents import services
 from incidents.domain import detectors
 from incidents.domain.detectors import Finding
 from incidents.domain.xid import Action, XidSample, classify, dedupe_xids
-from incidents.models import Alert
+from incidents.models import Alert, PlaybookExecution
 from runs.domain.cloudevents import parse_events, parse_time
 from runs.models import Event, Interruption, Node, Run
 from runs.selectors import runs_heard_until_get
@@ -226,10 +227,27 @@ def _node_state(event: Event) -> int:
         return 0
     if event.source in (WATCHDOG, DETECTOR):
         return 0  # our own flag, already explained by the alert that raised it
+    if _drained_by_a_playbook(node, event):
+        services.nodes_mitigated(node=node, at=event.time, state=state)
+        return 0
     recorded = _record(detectors.node_state(node=event.node_name, state=state, reason=event.data["reason"]), event.time)
     if node is not None:
         services.nodes_mitigated(node=node, at=event.time, state=state)
     return recorded
+
+
+def _drained_by_a_playbook(node: Node | None, event: Event) -> bool:
+    """FleetOps' own drain, as the scheduler (or the simulated cluster) reports it back: the reason its playbook gave
+    (playbooks.steps.reason_of), on a node a FleetOps playbook was at work on then. Its timeline says so already; an
+    alert "node drained by the scheduler" would page the on-call with FleetOps' own step as news."""
+    if node is None or not event.data["reason"].startswith("fleetops "):
+        return False
+    slack = timedelta(minutes=5)  # the scheduler's clock against FleetOps'
+    return (
+        PlaybookExecution.objects.filter(node=node, dry_run=False, started_at__lte=event.time + slack)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=event.time - slack))
+        .exists()
+    )
 
 
 def _previous(event: Event) -> dict | None:

@@ -68,6 +68,7 @@ def test_load_demo_loads_a_week_answered_by_its_rotation_with_one_fault_open(dja
     # (the demo cluster's share) let it. Every repaired node came back with its GPUs read clean.
     (drain,) = PlaybookExecution.objects.filter(incident=live)
     assert (drain.playbook, drain.status, drain.started_by) == ("drain-and-replace", "succeeded", "FleetOps")
+    assert not live.alerts.filter(kind="node_state").exists()  # its own cordon, reported back, is no news
     assert drain.node.state == "in_repair" and drain.node not in pretrain.attempts.order_by("-number")[0].nodes.all()
     sent = set(Delivery.objects.filter(incident=live, status="delivered").values_list("event", flat=True))
     assert {"triggered", "severity_changed"} <= sent and "Demo notifications: e-mail to oncall@demo.invalid" in out

@@ -252,6 +252,14 @@ def test_a_fault_soon_after_the_run_trained_again_is_a_new_incident_with_all_its
     ]
 
 
+def test_a_drain_that_names_a_fleetops_playbook_but_none_ran_is_still_an_alert(post):
+    """FleetOps' own drain, reported back, raises no alert (the playbook's timeline says it); a reason alone that
+    claims to be one, with no playbook at work on the node, does not silence the scheduler's report."""
+    post(story_until_failure()[:-1])  # up to the failure, without the scheduler's cordon
+    post([event("node.state", at(47), "forged", node="n2", state="cordoned", reason="fleetops #1: trust me")])
+    assert Alert.objects.filter(kind="node_state", node__hostname="n2").count() == 1
+
+
 def test_an_xid_detected_before_its_run_is_known_joins_the_run_incident(post):
     """Workers apply batches in parallel: n2's Xids may be detected before the run.started that put n2 in r1."""
     story = story_until_failure()
