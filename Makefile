@@ -32,7 +32,7 @@ migrate: $(STAMP)
 run: migrate
 	$(BIN)/python manage.py load_demo --login
 	@echo "FleetOps on http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/v1/docs)"
-	CELERY_TASK_ALWAYS_EAGER=false $(BIN)/python manage.py serve $(HOST):$(PORT)
+	DEMO_FEED=true CELERY_TASK_ALWAYS_EAGER=false $(BIN)/python manage.py serve $(HOST):$(PORT)
 
 # With DATABASE_URL and REDIS_URL set, the service tests run against PostgreSQL, Redis and a real worker.
 test: $(STAMP)

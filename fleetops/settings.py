@@ -252,6 +252,7 @@ CELERY_IMPORTS = [
     "incidents.playbooks.tasks",
     "incidents.notifications.tasks",
     "incidents.reports.tasks",
+    "incidents.demo.tasks",
 ]
 FLEETOPS_QUEUES = [_Q, *sorted({route["queue"] for route in CELERY_TASK_ROUTES.values()})]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -274,6 +275,10 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": crontab(minute=0, hour=0, day_of_week="mon"),
     },
 }
+# The demo fleet's agents and trainer while `make run` serves it (incidents/demo/feed.py); never elsewhere.
+DEMO_FEED = env.bool("DEMO_FEED", default=False)
+if DEMO_FEED:
+    CELERY_BEAT_SCHEDULE["demo-feed"] = {"task": "incidents.tasks.demo_feed", "schedule": 60.0}
 
 # --- Security (docs/DEPLOY.md, "Production settings"; tests/security/) ---
 # Production is DEBUG off. Behind a TLS-terminating proxy (the default) the proxy must set X-Forwarded-Proto and

@@ -122,6 +122,7 @@ TASK_NAMES = {
     "incidents.tasks.deliver_notification",
     "incidents.tasks.resume_deliveries",
     "incidents.report_tasks.generate_weekly_report",
+    "incidents.tasks.demo_feed",  # on the beat schedule only with DEMO_FEED (make run)
 }
 
 
