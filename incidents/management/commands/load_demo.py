@@ -11,6 +11,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
+from incidents.demo.feed import demo_feed
 from incidents.demo.services import LIVE_FAULT_AGO, demo_live_fault, demo_mail_endpoint, demo_people_act, mail_sink
 from runs.domain.demo import DEMO_CLUSTER, DEMO_DAYS, DEMO_MAX_OUT_SHARE, DEMO_RUN, demo_config
 from runs.domain.simulator import simulate
@@ -64,6 +65,9 @@ class Command(BaseCommand):
             fresh = bool(nodes) and down_since is None
             mail = demo_mail_endpoint()  # before the live fault: its page goes out, the history's went long ago
             live = ingest(demo_live_fault(now=now, nodes=nodes, run=DEMO_RUN, seed=seed)) if fresh else None
+            # The agents' heartbeats now: the history's last ones are minutes old, and a watchdog sweeping before
+            # the feed's first minute (make run) would find every node silent.
+            demo_feed(now=timezone.now())
         stored = delivery.stored + (live.stored if live else 0)
         duplicates = delivery.duplicates + (live.duplicates if live else 0)
         self.stdout.write(f"Demo fleet: {stored} events stored, {duplicates} already there.")
