@@ -309,6 +309,10 @@ def hangs_detect(*, now: datetime) -> int:
         )
         last = max([t for t in (run.last_step_at, resumed) if t is not None], default=None)
         started = run.attempts.order_by("-number").values_list("started_at", flat=True).first() or run.started_at
+        if last is not None and started is not None and last < started:
+            # A new attempt (requeued after a fault) is silent since it started, loading its checkpoint, not since
+            # the last step before the fault: the demo's run put back on a spare was "hung" 3 min into its reload.
+            last = None
         finding = detectors.hang(
             run=run.name,
             last_step_at=last,

@@ -104,6 +104,21 @@ def test_a_hang_at_the_instant_of_a_restore_comes_after_it(post, django_capture_
     assert (hang.kind, hang.fault_at) == ("hang", at(58) + timedelta(microseconds=1))
 
 
+def test_a_run_put_back_on_its_nodes_is_silent_from_its_restart_not_from_its_last_step(
+    post, django_capture_on_commit_callbacks
+):
+    """The demo's run, requeued on a spare, was found hung 3 min into its reload: the watchdog measured silence
+    from the last step before the fault. A new attempt is silent since it started (the floor covers the reload)."""
+    post([e for e in failure_and_restart() if e["time"] <= "2026-03-01T00:55:00Z"])  # restarted at +55, no restore
+    assert Run.objects.get(name="r1").state == "running"
+    # Steps 10 min apart: hung after 10 x 10 min of silence.
+    assert detection.hangs_detect(now=at(150)) == 0  # 110 min after the last step, 95 min after the restart
+    with django_capture_on_commit_callbacks(execute=True):
+        assert detection.hangs_detect(now=at(160)) == 1  # the reload itself never finished: 105 min silent
+    hang = Run.objects.get(name="r1").interruptions.get(kind="hang")
+    assert hang.fault_at == at(55) + timedelta(microseconds=1)
+
+
 def test_heartbeat_loss_and_return(post):
     post([event("node.heartbeat", at(0), "hb1", node="lonely")])
     assert detection.heartbeats_detect(now=at(10)) == 1
