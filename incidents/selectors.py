@@ -219,6 +219,17 @@ def cost_per_minute_usd(gpus_idle: int) -> float:
     return gpus_idle / 60 * settings.GPU_HOUR_COST_USD
 
 
+def needs_a_person(incident: Incident, burning: set[int]) -> bool:
+    """docs/DOMAIN.md section 6: an open incident nobody has acknowledged (automation may have mitigated it: a person
+    still answers for it), or one whose GPUs are idle now (`burning`: the pks of those). The board's first group,
+    the overview's rows and the nav badge all ask this."""
+    return not _acknowledged(incident) or incident.pk in burning
+
+
+def _acknowledged(incident: Incident) -> bool:
+    return incident.acknowledged_at is not None or incident.status == Incident.Status.ACKNOWLEDGED
+
+
 def incident_board_get(*, first: int, size: int, now: datetime, **filters) -> BoardPage:
     """A page of incidents_list(**filters) in the order the on-call works them: what needs a person first (nobody
     acknowledged it, or it idles GPUs now), unacknowledged before acknowledged, then by what it burns now, then
@@ -228,16 +239,15 @@ def incident_board_get(*, first: int, size: int, now: datetime, **filters) -> Bo
     opened = list(rows.filter(status__in=Incident.OPEN))
     live = _live_get(opened, now)
     burning = live.burning
-    triggered = Incident.Status.TRIGGERED
 
     def burn(incident: Incident) -> int:
         return incident.run.gpu_count if incident.pk in burning else 0
 
     def needs(incident: Incident) -> bool:
-        return incident.status == triggered or incident.pk in burning
+        return needs_a_person(incident, burning)
 
     def order(i: Incident) -> tuple:
-        return (not needs(i), i.status != triggered, -burn(i), i.severity, -i.started_at.timestamp(), -i.pk)
+        return (not needs(i), _acknowledged(i), -burn(i), i.severity, -i.started_at.timestamp(), -i.pk)
 
     opened.sort(key=order)
     page = opened[first : first + size]
@@ -320,7 +330,7 @@ def open_incidents_summary(*, now: datetime | None = None) -> OpenSummary:
     """The nav badge's figures: what needs a person, out of what is open (the board's first group, one rule)."""
     opened = list(Incident.objects.filter(status__in=Incident.OPEN).select_related("run").order_by("severity", "pk"))
     burning = incidents_burning_get(incidents=opened, now=now or timezone.now())
-    needs = [i for i in opened if i.status == Incident.Status.TRIGGERED or i.pk in burning]
+    needs = [i for i in opened if needs_a_person(i, burning)]
     return OpenSummary(
         count=len(opened),
         worst=opened[0].severity if opened else None,

@@ -106,6 +106,20 @@ def test_the_board_lists_what_needs_a_person_first_with_impact(oncall, incident)
     assert "<b>2</b> SEV1" in html and "<b>1</b> SEV3" in html and "<b>0</b> SEV2" in html
 
 
+def test_an_incident_automation_mitigated_that_nobody_acknowledged_still_needs_a_person(oncall, db):
+    """The demo's live fault, healed by FleetOps' drain-and-replace, left the board and the badge at 0 with nobody
+    having looked at it (docs/DOMAIN.md section 6: unacknowledged, or idling GPUs now)."""
+    from incidents.selectors import open_incidents_summary
+
+    healed = _other_incident(severity="SEV2", key="rack:r7", status="mitigated")
+    answered = _other_incident(severity="SEV2", key="rack:r6", status="mitigated")
+    Incident.objects.filter(pk=answered.pk).update(acknowledged_at=timezone.now())
+    html = oncall.get("/incidents/").content.decode()
+    assert html.index(f'id="incident-{healed.pk}"') < html.index('id="group-open"')
+    assert html.index('id="group-open"') < html.index(f'id="incident-{answered.pk}"')
+    assert open_incidents_summary().needs_person == 1
+
+
 def test_the_board_filters(oncall, incident):
     _other_incident(severity="SEV1", key="rack:r9")
     _other_incident(severity="SEV4", key="node:old", status="resolved")
