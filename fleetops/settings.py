@@ -407,11 +407,12 @@ NOTIFY_TIMEOUT_S = env.float("NOTIFY_TIMEOUT_S", default=10.0)  # per HTTP reque
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="fleetops@localhost")
 EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
 EMAIL_PORT = env.int("EMAIL_PORT", default=25)
-# With no EMAIL_HOST set (the embedded default), each message is a file under var/mail/: a sink anyone can read,
-# where the demo's on-call e-mail endpoint delivers. Set EMAIL_HOST (or EMAIL_BACKEND) to send through SMTP.
+# In development (DEBUG) with no EMAIL_HOST set, the embedded default, each message is a file under var/mail/: a
+# sink anyone can read, where the demo's on-call e-mail endpoint delivers. Production (DEBUG off) always sends through
+# SMTP, EMAIL_HOST or localhost: a page written to a file would be "delivered" and read by nobody.
 EMAIL_BACKEND = env.str(
     "EMAIL_BACKEND",
     default="django.core.mail.backends."
-    + ("smtp.EmailBackend" if "EMAIL_HOST" in os.environ else "filebased.EmailBackend"),
+    + ("filebased.EmailBackend" if DEBUG and "EMAIL_HOST" not in os.environ else "smtp.EmailBackend"),
 )
 EMAIL_FILE_PATH = env.path("EMAIL_FILE_PATH", default=BASE_DIR / "var" / "mail")

@@ -170,21 +170,17 @@ class _Grouping:
             )
         return self.by_key[key]
 
-    def key(self, node: Node | None, run: Run | None, at: datetime) -> str:
+    def key(self, node: Node | None, run: Run | None, at: datetime, kind: str) -> str:
         """_group_key, with each open incident read once."""
         if run is not None:
             if run.pk not in self.of_run:
                 rows = Incident.objects.select_for_update().filter(run=run, status__in=Incident.OPEN)
                 self.of_run[run.pk] = list(rows)
                 self.by_key.update({i.group_key: i for i in self.of_run[run.pk]})  # one object per row, kept in step
-            latest = max(
-                (i for i in self.of_run[run.pk] if i.started_at <= at + self.window),
-                key=lambda i: i.started_at,
-                default=None,
-            )
+            near = [i for i in self.of_run[run.pk] if i.started_at <= at + self.window]
             held = (lambda i: (i.pk, node.pk) in self.links or i.nodes.filter(pk=node.pk).exists()) if node else None
-            return _run_key(run, latest, at, holds=held)
-        return _group_key(node=node, run=None, at=at, open_incident=self.open_incident)
+            return _run_key(run, near, at, kind=kind, holds=held)
+        return _group_key(node=node, run=None, at=at, kind=kind, open_incident=self.open_incident)
 
     def opened(self, incident: Incident) -> None:
         self.by_key[incident.group_key] = incident
@@ -254,11 +250,11 @@ def _incident_for(
     if grouping is None:
         run = run or (_run_on(node, at) if node else None)
         _lock_grouping()
-        key = _group_key(node=node, run=run, at=at)
+        key = _group_key(node=node, run=run, at=at, kind=finding.kind)
         incident = Incident.objects.select_for_update().filter(group_key=key, status__in=Incident.OPEN).first()
     else:
         run = run or (grouping.run_on(node, at) if node else None)
-        key = grouping.key(node, run, at)
+        key = grouping.key(node, run, at, finding.kind)
         incident = grouping.open_incident(key)
     if incident is None and run is not None and node is not None:
         if grouping is not None:
@@ -337,36 +333,42 @@ def _run_on(node: Node, at: datetime) -> Run | None:
     return attempt.run if attempt is not None else None
 
 
-def _run_key(run: Run, latest: Incident | None, at: datetime, *, holds=None) -> str:
-    """The group key of a run's alert at `at`: its latest open incident begun by then (within the window) while that
-    outage lasts, else a new outage's, keyed by when it began (docs/DOMAIN.md section 6).
+# A run's own stop is news however soon it comes: never a straggler of the outage before it.
+_RUN_STOPS = ("run_failed", "hang")
+
+
+def _run_key(run: Run, near: list[Incident], at: datetime, *, kind: str, holds=None) -> str:
+    """The group key of a run's alert at `at`, from its open incidents begun by `at` + the window (docs/DOMAIN.md
+    section 6): the latest begun by `at`, while that outage lasts; else one that begins within the window after
+    `at` (this is an early report of it); else a new outage's, keyed by when it began.
 
     One incident per outage: until the run trains again it takes every alert (a late report of something before
     that, too); after, it takes only its own nodes' stragglers for a window (the scheduler's cordon, the dead GPU's
-    last Xids). Anything else after the run trained again is a new fault, so a new incident: joined to the old one,
-    its fault would be charged to an incident that began before the run was last healthy, and the next alert of it,
-    past the window, would open a second incident for the same fault. `holds(incident)`: whether the alert's node
-    is one of the incident's, asked only when that decides."""
+    last Xids), and never the run stopping again. Anything else after the run trained again is a new fault, so a new
+    incident: joined to the old one, its fault would be charged to an incident that began before the run was last
+    healthy, and the next alert of it, past the window, would open a second incident for the same fault. Choosing
+    from the incidents begun by `at` first keeps the choice the same whichever order the events came in.
+    `holds(incident)`: whether the alert's node is one of the incident's, asked only when that decides."""
     window = timedelta(seconds=settings.INCIDENT_GROUP_WINDOW_S)
-    if latest is not None and (
-        latest.mitigated_at is None
-        or at <= latest.mitigated_at
-        or (at <= latest.mitigated_at + window and holds is not None and holds(latest))
-    ):
-        return latest.group_key
+    latest = max((i for i in near if i.started_at <= at), key=lambda i: (i.started_at, i.pk), default=None)
+    if latest is not None:
+        if latest.mitigated_at is None or at <= latest.mitigated_at:
+            return latest.group_key
+        if kind not in _RUN_STOPS and at <= latest.mitigated_at + window and holds is not None and holds(latest):
+            return latest.group_key
+    soon = min((i for i in near if i.started_at > at), key=lambda i: (i.started_at, i.pk), default=None)
+    if soon is not None:
+        return soon.group_key
     return f"run:{run.name}@{at:%Y-%m-%dT%H:%M:%S}"
 
 
-def _group_key(*, node: Node | None, run: Run | None, at: datetime, open_incident=None) -> str:
+def _group_key(*, node: Node | None, run: Run | None, at: datetime, kind: str, open_incident=None) -> str:
     """run:<name>@<start> when a run is hit; else a burst in one switch or rack within the window; else the node."""
     window = timedelta(seconds=settings.INCIDENT_GROUP_WINDOW_S)
     if run is not None:
-        latest = (
-            Incident.objects.filter(run=run, status__in=Incident.OPEN, started_at__lte=at + window)
-            .order_by("-started_at")
-            .first()
-        )
-        return _run_key(run, latest, at, holds=(lambda i: i.nodes.filter(pk=node.pk).exists()) if node else None)
+        near = list(Incident.objects.filter(run=run, status__in=Incident.OPEN, started_at__lte=at + window))
+        held = (lambda i: i.nodes.filter(pk=node.pk).exists()) if node else None
+        return _run_key(run, near, at, kind=kind, holds=held)
     if node is None:
         return "fleet"
     for place in ("switch", "rack"):

@@ -145,12 +145,13 @@ def _free(port: int) -> bool:
     return True
 
 
-def _ephemeral_low() -> int:
-    """Where the kernel starts handing out source ports for outgoing connections (Linux: 32768)."""
+def _ephemeral() -> tuple[int, int]:
+    """The ports the kernel hands out as source ports of outgoing connections (Linux: 32768-60999)."""
     try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[:2])
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def free_ports(count: int = 1) -> int:
@@ -158,9 +159,14 @@ def free_ports(count: int = 1) -> int:
     one as its source port, so a server stopped and started again on it binds again (a private Redis restarted on
     its port failed now and then when its port was in 55400-55499, where a worker's reconnect could land), and two
     test sessions on one machine rarely meet (a random start)."""
-    high = min(_ephemeral_low(), 32768) - count
+    low, high = _ephemeral()
+    # Below the range where it leaves room, else above it; a machine whose range covers nearly all ports (some
+    # containers) gets ports from inside it, as before.
+    span = (20000, low - count) if low - count > 21000 else (high + 1, 65535 - count)
+    if span[1] - span[0] < 1000:
+        span = (20000, 60000)
     for _ in range(200):
-        first = random.randrange(20000, high)
+        first = random.randrange(*span)
         if all(_free(first + i) for i in range(count)):
             return first
     raise RuntimeError("no free ports")

@@ -58,12 +58,14 @@ def _trainer(run: Run, now: datetime, minute: datetime) -> list[dict]:
             .values_list("step", flat=True)
             .first()
         )
-        return [_event("run.restored", now, f"restored-{key}", run=run.name, from_step=durable or 0)]
+        # One restore an interruption, whenever the feed comes round: an intake slow to apply it gets it once.
+        restored = f"restored-{run.name}-{down.pk}"
+        return [_event("run.restored", now, restored, run=run.name, from_step=durable or 0)]
     last = Event.objects.filter(run_name=run.name, type="run.step").order_by("-time").values("time", "data").first()
     resumed = run.interruptions.order_by("-resumed_at").values_list("resumed_at", "resumed_from_step").first()
     since, step = (last["time"], last["data"]["step"]) if last else (run.started_at, 0)
     if resumed and resumed[0] and resumed[0] > since:  # trained again since its last step: from the restored step
-        since, step = resumed[0], resumed[1] or step
+        since, step = resumed[0], resumed[1] if resumed[1] is not None else step
     steps = int((now - since).total_seconds() // STEP_S)
     if steps < 1:
         return []
@@ -72,14 +74,15 @@ def _trainer(run: Run, now: datetime, minute: datetime) -> list[dict]:
     written = Checkpoint.objects.filter(run=run, completed_at__isnull=False).order_by("-completed_at").first()
     interval = timedelta(seconds=run.checkpoint_interval_s or 1800)
     if written is None or now - written.completed_at >= interval:
+        after = f"{run.name}-after-{written.pk if written else 0}"  # one write an interval, however slow the apply
         started = now - timedelta(seconds=CHECKPOINT_BLOCKING_S)
         size = written.bytes if written is not None and written.bytes else None
         events += [
-            _event("checkpoint.started", started, f"ckpt-start-{key}", run=run.name, step=step),
+            _event("checkpoint.started", started, f"ckpt-start-{after}", run=run.name, step=step),
             _event(
                 "checkpoint.completed",
                 now,
-                f"ckpt-done-{key}",
+                f"ckpt-done-{after}",
                 run=run.name,
                 step=step,
                 blocking_s=CHECKPOINT_BLOCKING_S,

@@ -236,12 +236,12 @@ def test_a_fault_after_the_run_was_mitigated_is_a_new_incident(post):
     "A second fault ten minutes after the run trained again (54 simulated days: its Xid joined the outage before, "
     "the scheduler's cordon 30 s later, past the window, opened an incident that then took the next fault)",
     how="failure_and_restart, then n2's dead GPU's last Xid, n3's Xid 79, the run's failure and n3's cordon, posted "
-    "in one batch and one event at a time",
+    "in one batch, one event at a time, and one at a time newest first",
     outcome="two incidents: the first keeps its node's straggler, the second starts at the new fault and holds "
     "its Xid, failure and cordon, whichever way the events came",
 )
-@pytest.mark.parametrize("one_by_one", [False, True])
-def test_a_fault_soon_after_the_run_trained_again_is_a_new_incident_with_all_its_alerts(post, one_by_one):
+@pytest.mark.parametrize("order", ["batch", "one_by_one", "newest_first"])
+def test_a_fault_soon_after_the_run_trained_again_is_a_new_incident_with_all_its_alerts(post, order):
     story = [e for e in failure_and_restart() if e["type"] != "run.completed"]  # mitigated at +58
     again = [
         event("gpu.xid", at(62), "late-n2", node="n2", gpu=3, xid=79, message="GPU has fallen off the bus"),
@@ -250,7 +250,8 @@ def test_a_fault_soon_after_the_run_trained_again_is_a_new_incident_with_all_its
         event("node.state", at(74), "cordon-n3", node="n3", state="cordoned", reason="Xid 79"),  # window: to +73
     ]
     post(story)
-    for batch in [[e] for e in again] if one_by_one else [again]:
+    batches = {"batch": [again], "one_by_one": [[e] for e in again], "newest_first": [[e] for e in again[::-1]]}
+    for batch in batches[order]:
         post(batch)
     first, second = Incident.objects.order_by("started_at")
     assert first.started_at == at(45) and second.started_at == at(68)
@@ -265,6 +266,16 @@ def test_a_fault_soon_after_the_run_trained_again_is_a_new_incident_with_all_its
         ("run_failed", "n3"),
         ("xid", "n3"),
     ]
+
+
+def test_the_run_failing_again_on_the_same_node_soon_after_it_trained_again_is_a_new_incident(post):
+    """The run's second failure 5 min after it trained again, naming the first fault's node (n2, one of the first
+    incident's nodes, in its straggler window): a new outage to answer, not a straggler of the mitigated one."""
+    story = [e for e in failure_and_restart() if e["type"] != "run.completed"]  # trains again at +58
+    post(story + [event("run.failed", at(63), "again", run="r1", reason="Xid 13", node="n2", gpu=0, xid=13)])
+    first, second = Incident.objects.order_by("started_at")
+    assert (first.status, second.status, second.started_at) == ("mitigated", "triggered", at(63))
+    assert second.alerts.get().kind == "run_failed" and first.alerts.filter(kind="run_failed").count() == 1
 
 
 def test_a_drain_that_names_a_fleetops_playbook_but_none_ran_is_still_an_alert(post):
