@@ -35,6 +35,7 @@ SERVICE_FILES = {
     "charts",
     "rendering",
     "quotas",
+    "feed",  # the demo fleet's agents and trainer (incidents/demo/feed.py)
 }
 INTERFACE_FILES = {"tasks", "views", "urls", "forms", "admin", "apps", "polling"}
 INTERFACE_PACKAGES = {"api", "pages", "console", "management", "templatetags"}
