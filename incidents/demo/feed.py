@@ -13,7 +13,7 @@ stores nothing twice.
 
 from datetime import datetime, timedelta
 
-from runs.domain.cloudevents import SPECVERSION, parse_events
+from runs.domain.cloudevents import SPECVERSION, format_time, parse_events
 from runs.domain.demo import DEMO_CLUSTER, DEMO_RUN
 from runs.models import Checkpoint, Event, Node, Run
 from runs.services import events_ingest
@@ -94,5 +94,11 @@ def _trainer(run: Run, now: datetime, minute: datetime) -> list[dict]:
 
 
 def _event(type_: str, at: datetime, id_: str, **data) -> dict:
-    stamp = at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return {"specversion": SPECVERSION, "id": id_, "source": FEED_SOURCE, "type": type_, "time": stamp, "data": data}
+    return {
+        "specversion": SPECVERSION,
+        "id": id_,
+        "source": FEED_SOURCE,
+        "type": type_,
+        "time": format_time(at),
+        "data": data,
+    }

@@ -20,6 +20,7 @@ from incidents import services
 from incidents.models import Incident, Postmortem, WebhookEndpoint
 from incidents.postmortems.services import postmortem_review
 from incidents.reports.services import report_generate
+from runs.domain.cloudevents import format_time
 from runs.domain.utcdays import week_start
 
 ONCALL = ("ana", "ben")  # the rotation: unusable passwords, they act only through this module
@@ -146,16 +147,13 @@ def demo_live_fault(*, now: datetime, nodes: list[str], run: str, seed: int) -> 
     at = (now - LIVE_FAULT_AGO).replace(microsecond=0)
     key = f"{at:%Y%m%dT%H%M}"
 
-    def stamp(moment: datetime) -> str:
-        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
     storm = [
         {
             "specversion": "1.0",
             "id": f"live-{key}-xid-{i}",
             "source": f"nvml://{node}",
             "type": "gpu.xid",
-            "time": stamp(at + timedelta(milliseconds=20 * i)),
+            "time": format_time(at + timedelta(milliseconds=20 * i)),
             "data": {"node": node, "gpu": gpu, "xid": 79, "message": "GPU has fallen off the bus"},
         }
         for i in range(12)
@@ -165,7 +163,7 @@ def demo_live_fault(*, now: datetime, nodes: list[str], run: str, seed: int) -> 
         "id": f"live-{key}-failed",
         "source": "fleetops/demo",
         "type": "run.failed",
-        "time": stamp(at),
+        "time": format_time(at),
         "data": {
             "run": run,
             "reason": "Xid 79: GPU has fallen off the bus",
@@ -173,7 +171,7 @@ def demo_live_fault(*, now: datetime, nodes: list[str], run: str, seed: int) -> 
             "gpu": gpu,
             "xid": 79,
             "category": "faulty_gpu",
-            "detected_at": stamp(at + timedelta(seconds=25)),
+            "detected_at": format_time(at + timedelta(seconds=25)),
         },
     }
     return [*storm, failed]

@@ -15,6 +15,7 @@ from django.utils import timezone
 from incidents import services
 from incidents.domain import detectors
 from incidents.domain.detectors import Finding
+from incidents.domain.playbooks import OWN_REASON_PREFIX
 from incidents.domain.xid import Action, XidSample, classify, dedupe_xids
 from incidents.models import Alert, PlaybookExecution
 from runs.domain.cloudevents import parse_events, parse_time
@@ -240,7 +241,7 @@ def _drained_by_a_playbook(node: Node | None, event: Event) -> bool:
     """FleetOps' own drain, as the scheduler (or the simulated cluster) reports it back: the reason its playbook gave
     (playbooks.steps.reason_of), on a node a FleetOps playbook was at work on then. Its timeline says so already; an
     alert "node drained by the scheduler" would page the on-call with FleetOps' own step as news."""
-    if node is None or not event.data["reason"].startswith("fleetops "):
+    if node is None or not event.data["reason"].startswith(OWN_REASON_PREFIX):
         return False
     slack = timedelta(minutes=5)  # the scheduler's clock against FleetOps'
     return (

@@ -53,6 +53,8 @@ RETURN_TO_SERVICE = {
 }
 
 PLAYBOOKS = {p["name"]: p for p in (DRAIN_AND_REPLACE, RETURN_TO_SERVICE)}
+# How FleetOps' own drains name themselves to the scheduler (playbooks.steps.reason_of), so detection knows them back.
+OWN_REASON_PREFIX = "fleetops "
 
 # Operations that act on the run's scheduler job: a playbook with one of these needs a run, not just a node.
 RUN_OPERATIONS = frozenset({"requeue_job", "wait_job_running"})

@@ -7,7 +7,7 @@ import time
 from django.utils import timezone
 
 from incidents import services
-from incidents.domain.playbooks import PlaybookError
+from incidents.domain.playbooks import OWN_REASON_PREFIX, PlaybookError
 from incidents.models import PlaybookExecution, StepExecution
 from incidents.playbooks import breaker
 from incidents.playbooks.clusters import adapter_for
@@ -29,7 +29,8 @@ def cluster_of(execution):
 
 def reason_of(execution) -> str:
     incident = execution.incident
-    return f"fleetops #{incident.pk}: {incident.title}"[:200] if incident else f"fleetops playbook #{execution.pk}"
+    prefix = OWN_REASON_PREFIX
+    return f"{prefix}#{incident.pk}: {incident.title}"[:200] if incident else f"{prefix}playbook #{execution.pk}"
 
 
 def job_id_of(execution) -> str:

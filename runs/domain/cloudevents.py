@@ -193,6 +193,11 @@ TIME_MIN = datetime(2000, 1, 1, tzinfo=UTC)
 TIME_MAX = datetime(2100, 1, 1, tzinfo=UTC)
 
 
+def format_time(moment: datetime) -> str:
+    """An event's `time` as producers here write it: UTC, milliseconds, a Z (parse_time reads it back)."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def parse_sane_time(value: Any) -> datetime:
     """parse_time, and within [TIME_MIN, TIME_MAX): what the intake accepts (in UTC, whatever offset it came in)."""
     moment = parse_time(value)

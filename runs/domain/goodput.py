@@ -457,17 +457,15 @@ def _rewound_from(step: int | None, fault: int, node_named: bool, written: dict[
     Not resumed yet (no step): rule 3 over every step, the last checkpoint the restore can load (the live figure
     of a run still down; its restore, once it comes, says where it was), else `floor`.
     """
-    if step is None:
-        kept = (w[1] for ws in written.values() for w in ws if _survives(w, fault, node_named))
-        point = max(kept, default=floor)
-        return point if point > floor else floor
-    own = written.get(step, ())
+    own = written.get(step, ()) if step is not None else ()
     point = max((end for _start, end, _ in own if end is not None and end <= fault), default=None)
     if point is None:
         point = max((start for start, _end, _ in own if start <= fault), default=None)
-    if point is None:
-        earlier = (w[1] for kept, ws in written.items() if kept < step for w in ws if _survives(w, fault, node_named))
-        point = max(earlier, default=floor)
+    if point is None:  # rule 3: before its step, or any step when there is none yet
+        kept = (
+            w[1] for k, ws in written.items() if step is None or k < step for w in ws if _survives(w, fault, node_named)
+        )
+        point = max(kept, default=floor)
     return point if point > floor else floor
 
 

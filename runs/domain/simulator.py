@@ -37,6 +37,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from runs.domain.cloudevents import format_time
 from runs.domain.taxonomy import CAUSES, Cause, Group
 
 LLAMA3_GPUS = 16_384
@@ -586,7 +587,7 @@ class _Simulation:
         fix = "GPU replaced (RMA)" if CAUSES[cause][1] == Group.GPU else f"{label} repaired"
         self._push(burn_in, "node.state", node=node, state="burn_in", reason=fix)
         signal = _GPU_SIGNALS.get(cause)
-        if gpu is not None and signal is not None and (signal.health or signal.ecc):
+        if gpu is not None and signal is not None:
             self._clean_reading(node, gpu, signal, burn_in + 60)
         ready = burn_in + c.burn_in.draw(rng)
         self._push(ready, "healthcheck.result", node=node, check="dcgm_diag_r3", passed=True)
@@ -680,4 +681,4 @@ class _Simulation:
 
     def _time(self, seconds: float) -> str:
         at = self.c.start + timedelta(milliseconds=round(seconds * 1000))
-        return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return format_time(at)
