@@ -20,9 +20,9 @@ from datetime import UTC, datetime
 
 from fleetops_agent import __version__
 from fleetops_agent.nvml import XID_MESSAGES, NoDriver, Nvml
-from fleetops_agent.sender import Backoff, HttpTransport, RetryableError, Sender
-from fleetops_agent.spool import Spool
 from fleetops_agent.storm import StormFolder, XidWindow
+from fleetops_client.delivery import Backoff, HttpTransport, RetryableError, Sender
+from fleetops_client.spool import Spool
 
 log = logging.getLogger("fleetops_agent")
 

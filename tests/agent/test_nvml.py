@@ -5,7 +5,7 @@ from fleetops_agent import main as agent_main
 from fleetops_agent.fake_nvml import FakeGpuModel
 from fleetops_agent.main import Agent
 from fleetops_agent.nvml import Nvml, decode_throttle
-from fleetops_agent.spool import Spool
+from fleetops_client.spool import Spool
 
 
 @pytest.fixture

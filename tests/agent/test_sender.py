@@ -5,8 +5,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from fleetops_agent.sender import Backoff, HttpTransport, Response, RetryableError, Sender, events_url
-from fleetops_agent.spool import Spool
+from fleetops_client.delivery import Backoff, HttpTransport, Response, RetryableError, Sender, events_url
+from fleetops_client.spool import Spool
 
 
 def _fill(spool, n):

@@ -1,6 +1,6 @@
 import json
 
-from fleetops_agent.spool import Spool
+from fleetops_client.spool import Spool
 
 
 def _event(seq):

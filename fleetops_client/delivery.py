@@ -21,7 +21,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fleetops_agent.spool import Record, Spool
+from fleetops_client.spool import Record, Spool
 
 log = logging.getLogger(__name__)
 
