@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 BENCH_STAMP := $(VENV)/.bench-stamp
+TEST_STAMP := $(VENV)/.test-stamp
 # The benchmarks' own database unless DATABASE_URL names another (docs/PERFORMANCE.md).
 BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/fleetops_bench
 # The pipeline benchmarks' broker unless REDIS_URL names another: they purge its FleetOps queues.
@@ -35,7 +36,14 @@ run: migrate
 	DEMO_FEED=true CELERY_TASK_ALWAYS_EAGER=false $(BIN)/python manage.py serve $(HOST):$(PORT)
 
 # With DATABASE_URL and REDIS_URL set, the service tests run against PostgreSQL, Redis and a real worker.
-test: $(STAMP)
+# PyTorch (CPU, for the training client's tests) is installed here only, never for `make run`.
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e ".[dev,torch]" 2>&1 \
+		| grep -v "is ignored" || true
+	$(BIN)/python -c "import torch, numpy"
+	touch $(TEST_STAMP)
+
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest
 
 # The benchmark extra (Google's ml-goodput-measurement, the baseline) is installed here only, never for `make test`.
@@ -63,15 +71,15 @@ fuzz: $(STAMP)
 reliability-doc: $(STAMP)
 	$(BIN)/python -m tests.test_reliability_doc --write
 
-# requirements.lock: the exact versions pip resolves for `.[dev]` (production and test dependencies), written from
+# requirements.lock: the exact versions pip resolves for `.[dev,torch]` (production and test dependencies), written from
 # pip's own resolver report, so it is what a fresh `make install` gets. Run after changing pyproject.toml.
 lock: $(STAMP)
 	$(BIN)/python -m pip install --dry-run --ignore-installed --quiet --disable-pip-version-check \
-		--report $(VENV)/lock-report.json -e ".[dev]" 2>&1 | grep -v "is ignored" || true
+		--report $(VENV)/lock-report.json -e ".[dev,torch]" 2>&1 | grep -v "is ignored" || true
 	$(BIN)/python -c 'import json, sys; r = json.load(open(sys.argv[1])); \
 		rows = sorted((i["metadata"]["name"].lower().replace("_", "-"), i["metadata"]["version"]) \
 		for i in r["install"] if not i.get("is_direct")); \
-		print("# make lock: what pip resolves for .[dev]; make audit checks it for known vulnerabilities"); \
+		print("# make lock: what pip resolves for .[dev,torch]; make audit checks it for known vulnerabilities"); \
 		print("\n".join(f"{n}=={v}" for n, v in rows))' $(VENV)/lock-report.json > requirements.lock
 
 # Known vulnerabilities in requirements.lock (PyPI's advisory data; AUDIT_OSV_URL=<an OSV mirror>/v1/query to use

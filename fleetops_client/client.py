@@ -67,8 +67,9 @@ class Client:
         self._step_sent_at = -math.inf  # monotonic time run.step was last queued
         self._last_step_m: float | None = None  # monotonic end of this rank's previous step
         self._compute_s: float | None = None  # this step's compute time, when a DDP hook measured it
+        self._norm = None  # this step's local gradient norm, when a DDP hook took it
         self._window = [0.0, 0, time.monotonic()]  # step seconds summed, steps, window start
-        self._heartbeats = 0
+        self.current_step = 0  # the step being trained: the last one reported (or restored from) plus one
         self._closed = False
         self._idle = threading.Condition()
         self._wake = threading.Event()
@@ -105,8 +106,13 @@ class Client:
             took = now_m - self._last_step_m
         self._compute_s = None
         self._last_step_m = now_m
+        self.current_step = step + 1
         if not self.config.enabled:
             return
+        if self._norm is not None:
+            norm, self._norm = self._norm, None
+            data = {"rank": self.config.rank, "node": self.config.node, "step": step, "value": float(norm)}
+            self._sample("rank.grad_norm", f"grad_norm:{step}", data)
         window = self._window
         if took is not None:
             window[0] += took
@@ -131,6 +137,12 @@ class Client:
             data = {"rank": self.config.rank, "node": self.config.node, "step": step, "value": float(value)}
             self._sample("rank.grad_norm", f"grad_norm:{step}", data)
 
+    def local_grad_norm(self, value) -> None:
+        """This step's local gradient norm, reported with the step (``step()``) as ``rank.grad_norm``. ``value`` may
+        be a tensor still being computed: it is read (``float()``) only then. The DDP hook calls it on the steps
+        ``wants_grad_norm`` picks."""
+        self._norm = value
+
     def compute_time(self, seconds: float) -> None:
         """This step's compute time on this rank (forward and backward, no waiting on other ranks): what a
         straggler shows in. The DDP hook calls it; ``step()`` uses it for the step's time."""
@@ -139,6 +151,7 @@ class Client:
     def restored(self, from_step: int) -> None:
         """This attempt loaded the checkpoint of ``from_step`` and trains again."""
         self._last_step_m = None  # the load is no step
+        self.current_step = from_step + 1
         self._window[:] = [0.0, 0, time.monotonic()]
         if self.config.rank == 0:
             self._record("run.restored", f"restored:{from_step}", {"from_step": from_step})

@@ -124,6 +124,7 @@ def _rows(total: int) -> Iterator[tuple]:
             data.get("run", ""),
             data.get("node", ""),
             None,  # skew_s: every clock on time
+            None,  # token_id: written by the benchmark, no sender's token
             applied,
             detected,
             "",
