@@ -68,6 +68,7 @@ class Client:
         self._last_step_m: float | None = None  # monotonic end of this rank's previous step
         self._compute_s: float | None = None  # this step's compute time, when a DDP hook measured it
         self._norm = None  # this step's local gradient norm, when a DDP hook took it
+        self._beats = 0
         self._window = [0.0, 0, time.monotonic()]  # step seconds summed, steps, window start
         self.current_step = 0  # the step being trained: the last one reported (or restored from) plus one
         self._closed = False
@@ -126,6 +127,16 @@ class Client:
         if self.config.rank == 0 and now_m - self._step_sent_at >= self.config.step_every_s:
             self._step_sent_at = now_m
             self._record("run.step", f"step:{step}", {"step": step})
+
+    def heartbeat(self, phase: str = "") -> None:
+        """The training loop is alive between steps (an evaluation, a long data load): call it from the loop, never
+        from a thread of its own, or a hung loop would look alive. Holds the hang watchdog off; rank 0, at most every
+        ``step_every_s``."""
+        now_m = time.monotonic()
+        if self.config.rank == 0 and now_m - self._step_sent_at >= self.config.step_every_s:
+            self._step_sent_at = now_m
+            self._beats += 1
+            self._record("run.heartbeat", f"heartbeat:{self.current_step}:{self._beats}", {"phase": phase[:200]})
 
     def wants_grad_norm(self, step: int) -> bool:
         """Whether ``step`` is one whose gradient norm every rank reports (the cross-replica check compares steps)."""

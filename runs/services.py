@@ -545,8 +545,15 @@ def _apply_node_sample(event: Event) -> None:
         Run.objects.get_or_create(name=event.run_name)
 
 
+def _apply_run_heartbeat(event: Event) -> None:
+    """The training loop is alive between steps: the hang watchdog reads it from the event log; the record needs
+    the run."""
+    Run.objects.get_or_create(name=event.run_name)
+
+
 APPLIERS = {
     "run.step": _apply_step,
+    "run.heartbeat": _apply_run_heartbeat,
     "checkpoint.started": _apply_checkpoint_started,
     "checkpoint.completed": _apply_checkpoint_completed,
     "checkpoint.failed": _apply_checkpoint_failed,

@@ -308,7 +308,14 @@ def hangs_detect(*, now: datetime) -> int:
             .values_list("resumed_at", flat=True)
             .first()
         )
-        last = max([t for t in (run.last_step_at, resumed) if t is not None], default=None)
+        # The trainer's heartbeat (fleetops_client, between steps: an evaluation, a long load) is a sign of life too.
+        beat = (
+            Event.objects.filter(run_name=run.name, type="run.heartbeat")
+            .order_by("-time")
+            .values_list("time", flat=True)
+            .first()
+        )
+        last = max([t for t in (run.last_step_at, resumed, beat) if t is not None], default=None)
         started = run.attempts.order_by("-number").values_list("started_at", flat=True).first() or run.started_at
         if last is not None and started is not None and last < started:
             # A new attempt (requeued after a fault) is silent since it started, loading its checkpoint, not since

@@ -229,6 +229,7 @@ SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
         "checkpoint_interval_s": (Number(1, 1e7), False),
     },
     "run.step": {"run": (_name, True), "step": (_step, True)},
+    "run.heartbeat": {"run": (_name, True), "phase": (Text(200), False)},
     "checkpoint.started": {"run": (_name, True), "step": (_step, True)},
     "checkpoint.completed": {
         "run": (_name, True),

@@ -39,6 +39,8 @@ def _train(client: Client, steps: range) -> None:
         if step % 5 == 0:
             with client.checkpoint(step, bytes=10_000, tier="durable"):
                 pass
+        if step == 15:
+            client.heartbeat("evaluation")
     client.completed()
 
 
@@ -66,6 +68,7 @@ def test_what_the_client_sends_fleetops_folds_into_the_run(live_server, tmp_path
         "checkpoint.started": 2,
         "checkpoint.completed": 2,
         "run.completed": 1,
+        "run.heartbeat": 1,
     }
     assert client.stats()["delivered"] == sum(counts.values())
     run = Run.objects.get(name="llama-live")

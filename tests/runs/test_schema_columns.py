@@ -35,6 +35,8 @@ COLUMNS = {
     ("run.started", "checkpoint_interval_s"): "Run.checkpoint_interval_s",
     ("run.step", "run"): "Run.name",
     ("run.step", "step"): "Run.last_step",
+    ("run.heartbeat", "run"): "Run.name",
+    ("run.heartbeat", "phase"): EVENT_DATA,
     ("checkpoint.started", "run"): "Run.name",
     ("checkpoint.started", "step"): "Checkpoint.step",
     ("checkpoint.completed", "run"): "Run.name",

@@ -86,6 +86,22 @@ def test_the_watchdog_finds_a_hang_without_any_failure_event(post, django_captur
     assert detection.hangs_detect(now=at(50)) == 0  # the run is restarting now, not hung again
 
 
+def test_the_trainers_heartbeat_between_steps_holds_the_watchdog_off_and_the_hang_starts_after_the_last_one(
+    post, django_capture_on_commit_callbacks
+):
+    """A long evaluation between steps: the training loop says it is alive (fleetops_client's heartbeat, run.heartbeat)
+    and is not hung; once those stop too, the hang began after the last of them."""
+    steps = [event("run.started", at(0), "s", run="h2", cluster="c1", gpus=8, nodes=["e-1"], job_id="9")]
+    steps += [event("run.step", at(minute), f"h-{minute}", run="h2", step=minute) for minute in range(1, 31)]
+    steps += [event("run.heartbeat", at(m), f"b-{m}", run="h2", phase="evaluation") for m in range(32, 60, 2)]
+    post(steps)
+    assert detection.hangs_detect(now=at(65)) == 0  # 35 min after the last step, 7 min after the last heartbeat
+    with time_machine.travel(at(70)), django_capture_on_commit_callbacks(execute=True):
+        assert detection.hangs_detect(now=at(70)) == 1
+    hang = Run.objects.get(name="h2").interruptions.get()
+    assert (hang.kind, hang.fault_at) == ("hang", at(58) + timedelta(microseconds=1))
+
+
 @pytest.mark.reliability(
     "A run restored from its checkpoint that then never steps: the watchdog's hang, whose last sign of progress is "
     "the restore itself",
