@@ -9,13 +9,16 @@ JSON file named by ``FLEETOPS_AGENT_FAKE_NVML`` (two healthy GPUs without one)::
                "nvlink_errors": 0, "pcie_replay": 0, "recovery_action": 0}],
      "events": [{"gpu": 0, "xid": 79, "repeat": 500}, {"gpu": 0, "ecc": "dbe"}]}
 
-Queued events come out of ``nvmlEventSetWait`` in order; after them it times out like the real call.
+Queued events come out of ``nvmlEventSetWait`` in order; after them it waits out its timeout like the real call.
+A scenario may also name ``"inject": "/path/file.jsonl"``: each line appended there later (an event as in
+``events``) is raised while the agent runs, which is how the tests inject a fault into a running agent.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections import deque
 from types import SimpleNamespace
 
@@ -51,13 +54,31 @@ class FakeGpuModel:
             merged = dict(_DEFAULT_GPU) | {"uuid": f"GPU-fake-{i:04d}"} | gpu
             self.gpus.append(merged)
         self.queue: deque = deque()
+        self.inject = scenario.get("inject")
+        self._injected = 0  # bytes of the inject file already raised
         self.initialised = False
         self.registered: dict[int, int] = {}
-        for event in scenario.get("events", []):
+        self.raise_events(scenario.get("events", []))
+
+    def raise_events(self, events: list[dict]) -> None:
+        for event in events:
             if "xid" in event:
                 self.raise_xid(event["gpu"], event["xid"], event.get("repeat", 1))
             elif "ecc" in event:
                 self.ecc_error(event["gpu"], event["ecc"], event.get("repeat", 1))
+
+    def _read_injected(self) -> None:
+        if not self.inject:
+            return
+        try:
+            with open(self.inject, "rb") as f:
+                f.seek(self._injected)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        complete = data[: data.rfind(b"\n") + 1]  # whole lines only: the writer may be mid-line
+        self._injected += len(complete)
+        self.raise_events([json.loads(line) for line in complete.splitlines() if line.strip()])
 
     @classmethod
     def from_env(cls) -> FakeGpuModel:
@@ -133,11 +154,17 @@ class FakeGpuModel:
             model.registered[handle.index] = mask
 
         def nvmlEventSetWait(event_set, timeout_ms):
-            while model.queue:
-                gpu, kind, data = model.queue.popleft()
-                if model.registered.get(gpu, 0) & kind:
-                    return SimpleNamespace(device=SimpleNamespace(index=gpu), eventType=kind, eventData=data)
-            raise _error(pynvml.NVML_ERROR_TIMEOUT)
+            deadline = time.monotonic() + timeout_ms / 1000
+            while True:
+                model._read_injected()
+                while model.queue:
+                    gpu, kind, data = model.queue.popleft()
+                    if model.registered.get(gpu, 0) & kind:
+                        return SimpleNamespace(device=SimpleNamespace(index=gpu), eventType=kind, eventData=data)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _error(pynvml.NVML_ERROR_TIMEOUT)
+                time.sleep(min(left, 0.05))
 
         def nvmlDeviceGetTotalEccErrors(handle, error_type, counter_type):
             gpu = model._gpu(handle)

@@ -77,6 +77,17 @@ INTAKE_COLUMNS = (
 )
 
 
+def own_events_ingest(*, events: list[dict], backfill: bool = False) -> IngestResult:
+    """FleetOps' own events (its watchdogs, playbooks, the demo's and the simulator's fleets) through the intake's
+    path, validated as the API validates a sender's: one that fails is a programming error (ValueError), never a
+    user's."""
+    parsed, problems = cloudevents.parse_events(events, max_batch=max(len(events), 1))
+    if problems:
+        shown = "; ".join(f"event {p.index} {p.field}: {p.reason}" for p in problems[:3])
+        raise ValueError(f"FleetOps wrote invalid events: {shown}")
+    return events_ingest(events=parsed, backfill=backfill)
+
+
 def _event_row(event: CloudEvent, received_at: datetime, token_id: int | None, *, flag_late: bool = True) -> tuple:
     """The stored row of an event. A time ahead of receipt cannot be true: the sender's clock is fast, so the event
     (and the timestamps in its data) are moved back to the receipt, and skew_s keeps by how much. A time far behind

@@ -14,7 +14,10 @@ fo_json() {  # a JSON string
   printf '"%s"' "$s"
 }
 
-fo_now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
+fo_now() {  # milliseconds where date has %N (GNU), else whole seconds
+  local t; t=$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)
+  [[ $t =~ \.[0-9]{3}Z$ ]] && echo "$t" || date -u +%Y-%m-%dT%H:%M:%SZ
+}
 
 fo_post() {  # fo_post ID TYPE DATA_JSON: one structured CloudEvent; retried, never fails the job
   local body

@@ -5,7 +5,7 @@ A hang is written back as a `run.failed` event of kind hang, so the record stays
 """
 
 from collections import defaultdict
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -18,10 +18,10 @@ from incidents.domain.detectors import Finding
 from incidents.domain.playbooks import OWN_REASON_PREFIX
 from incidents.domain.xid import Action, XidSample, classify, dedupe_xids
 from incidents.models import Alert, PlaybookExecution
-from runs.domain.cloudevents import parse_events, parse_time
+from runs.domain.cloudevents import format_time, parse_time
 from runs.models import Event, Interruption, Node, Run
 from runs.selectors import runs_heard_until_get
-from runs.services import events_ingest
+from runs.services import own_events_ingest
 
 WATCHDOG = "fleetops/watchdog"
 DETECTOR = "fleetops/detector"
@@ -474,13 +474,8 @@ def _flag_suspects(findings: list[Finding], now: datetime) -> int:
 
 
 def _emit(raws: list[dict]) -> int:
-    if not raws:
-        return 0
-    events, problems = parse_events(raws, max_batch=len(raws))
-    if problems:
-        raise ValueError(f"detector produced invalid events: {problems[:3]}")
-    return len(events_ingest(events=events).accepted)
+    return len(own_events_ingest(events=raws).accepted) if raws else 0
 
 
 def _ts(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return format_time(moment, "microseconds")

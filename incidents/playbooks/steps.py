@@ -3,6 +3,7 @@ found or did (the step's output). A step whose worker died is run again as it is
 """
 
 import time
+from datetime import timedelta
 
 from django.utils import timezone
 
@@ -12,6 +13,10 @@ from incidents.models import PlaybookExecution, StepExecution
 from incidents.playbooks import breaker
 from incidents.playbooks.clusters import adapter_for
 from incidents.playbooks.clusters.base import RefusedError, TransientError
+from runs.domain.cloudevents import SPECVERSION, format_time
+from runs.services import own_events_ingest
+
+PLAYBOOK_SOURCE = "fleetops/playbook"
 
 
 def lease_renew(execution: PlaybookExecution) -> None:
@@ -73,12 +78,52 @@ def _requeue_job(execution, step, spec) -> dict:
         # Written down before the requeue: a worker that dies after requeueing leaves this behind, and the
         # retry then finds the job restarted already instead of requeueing it a second time.
         seen = adapter.job_status(job).restart_count
+        _attempt_ends(execution, job)
         step.output = {"seen_restart_count": seen}
         StepExecution.objects.filter(pk=step.pk).update(output=step.output)
     outcome = adapter.requeue_job(
         job, seen_restart_count=seen, exclude=[execution.node.hostname], onto=_spare(execution)
     )
     return {"summary": outcome.summary, "job": job, "seen_restart_count": seen, "changed": outcome.changed}
+
+
+def _attempt_ends(execution, job: str) -> None:
+    """The requeue ends the run's attempt: written back first as run.failed at the fault, detected when FleetOps
+    noticed, so the run's record has the interruption its goodput stages are timed from, whether or not the scheduler
+    or the job reports the failure too (a second report fills in what this one lacks: docs/EVENTS.md). Nothing is
+    written when the run already stopped (its own report stands), and never before the attempt began. Once per
+    step: a retry after the requeue finds the step's output and does not come here."""
+    run, incident = execution.run, execution.incident
+    if run is None or run.state != run.State.RUNNING:
+        return
+    attempt = run.attempts.order_by("-number").first()
+    fault = incident.started_at if incident else timezone.now()
+    fault = max(fault, attempt.started_at + timedelta(microseconds=1)) if attempt else fault
+    detected = max(incident.detected_at if incident else fault, fault)
+    data = {
+        "run": run.name,
+        "reason": f"FleetOps requeues job {job} off {execution.node.hostname}"
+        + (f": {incident.title}" if incident else ""),
+        "node": execution.node.hostname,
+        "detected_at": format_time(detected, "microseconds"),
+    }
+    alert = (
+        incident.alerts.filter(kind="xid", node=execution.node).order_by("first_seen_at").first() if incident else None
+    )
+    if alert is not None and alert.gpu is not None:
+        data.update(gpu=alert.gpu.index, xid=alert.evidence["xid"])
+    own_events_ingest(
+        events=[
+            {
+                "specversion": SPECVERSION,
+                "source": PLAYBOOK_SOURCE,
+                "id": f"requeue:{execution.pk}:{job}",
+                "type": "run.failed",
+                "time": format_time(fault, "microseconds"),
+                "data": data,
+            }
+        ]
+    )
 
 
 def _wait_job_running(execution, step, spec) -> dict:

@@ -193,9 +193,10 @@ TIME_MIN = datetime(2000, 1, 1, tzinfo=UTC)
 TIME_MAX = datetime(2100, 1, 1, tzinfo=UTC)
 
 
-def format_time(moment: datetime) -> str:
-    """An event's `time` as producers here write it: UTC, milliseconds, a Z (parse_time reads it back)."""
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def format_time(moment: datetime, timespec: str = "milliseconds") -> str:
+    """An event's `time` as producers here write it: UTC, milliseconds (or `timespec`), a Z (parse_time reads it
+    back)."""
+    return moment.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
 def parse_sane_time(value: Any) -> datetime:

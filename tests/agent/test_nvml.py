@@ -1,3 +1,5 @@
+import time
+
 import pynvml
 import pytest
 
@@ -101,3 +103,20 @@ def test_without_a_driver_it_says_so(monkeypatch, tmp_path, capsys):
     rc = agent_main.main(["--url", "http://127.0.0.1:9", "--token", "t", "--spool-dir", str(tmp_path), "--once"])
     assert rc == 3
     assert "no NVIDIA driver found: " in capsys.readouterr().err
+
+
+def test_a_fault_injected_into_a_running_agent_comes_out_of_the_wait_and_an_idle_wait_blocks(monkeypatch, tmp_path):
+    inject = tmp_path / "inject.jsonl"
+    FakeGpuModel({"gpus": [{}, {}], "inject": str(inject)}).install(monkeypatch.setattr)
+    nvml = Nvml()
+    nvml.init()
+    nvml.register_events()
+    started = time.monotonic()
+    assert nvml.wait_event(200) is None
+    assert time.monotonic() - started >= 0.19  # waits out its timeout as the real call does: no busy loop
+    inject.write_text('{"gpu": 1, "xid": 79}\n{"gpu": 0, "xid"')  # the second line is still being written
+    event = nvml.wait_event(200)
+    assert (event.gpu, event.xid) == (1, 79) and nvml.wait_event(0) is None
+    with inject.open("a") as f:
+        f.write(": 48}\n")
+    assert nvml.wait_event(200).xid == 48

@@ -35,9 +35,9 @@ from incidents.playbooks.clusters.base import (
     check_reason,
     unknown_operation,
 )
-from runs.domain.cloudevents import SPECVERSION, parse_events
+from runs.domain.cloudevents import SPECVERSION
 from runs.models import GPU, Attempt, Cluster, Event, Node
-from runs.services import events_apply, events_ingest
+from runs.services import events_apply, own_events_ingest
 
 SOURCE = "fleetops/simulated-cluster"
 POOL_STATES = {"main": "in_service", "spare": "hot_spare", "repair": "in_repair"}
@@ -249,11 +249,10 @@ class SimulatedAdapter(ClusterAdapter):
     def _post(self, raw: list[dict]) -> None:
         # A real scheduler takes time to act; tests slow the simulated one down to widen a race or a kill window.
         time.sleep(getattr(settings, "SIMULATED_CLUSTER_DELAY_S", 0.0))
-        events, problems = parse_events(raw, max_batch=settings.EVENTS_MAX_BATCH)
-        if problems:
-            shown = "; ".join(f"event {p.index} {p.field}: {p.reason}" for p in problems)
-            raise RefusedError(f"the simulated cluster wrote an invalid event: {shown}")
-        result = events_ingest(events=events)
+        try:
+            result = own_events_ingest(events=raw)
+        except ValueError as exc:
+            raise RefusedError(f"the simulated cluster: {exc}") from exc
         # The intake applies on commit (a worker, or in-process without a broker); a scheduler's change is
         # visible to the next read, so apply now too. The later task finds them applied and only detects.
         events_apply(event_ids=result.event_ids)

@@ -30,6 +30,27 @@ def test_an_xid_79_drains_the_node_and_restarts_the_run_on_a_spare_with_no_human
     assert (incident.status, incident.mitigated_at) == ("mitigated", at(52))
 
 
+def test_a_run_that_nobody_said_failed_gets_its_interruption_from_the_requeue_timed_at_the_fault(post, settings):
+    """Only the agent saw the Xid (no scheduler, no job reported the failure): the requeue that ends the attempt writes
+    the run.failed, so the run's record has the interruption, at the fault and detected when FleetOps noticed."""
+    settings.PLAYBOOK_MAX_OUT_SHARE = 0.5  # a three-node cluster: its one drain is a third of it
+    running = [e for e in story_until_failure() if e["type"] not in ("run.failed", "node.state")]
+    with time_machine.travel(at(47, 30)):
+        post(spares("s1") + running + xid_storm(50))
+    (execution,) = PlaybookExecution.objects.all()
+    assert execution.status == "succeeded", execution.error
+    incident, run = Incident.objects.get(), Run.objects.get(name="r1")
+    (interruption,) = run.interruptions.all()
+    assert (interruption.fault_at, interruption.detected_at) == (at(44), incident.detected_at)
+    where = (interruption.node.hostname, interruption.gpu.index, interruption.xid, interruption.cause)
+    assert where == ("n2", 3, 79, "faulty_gpu")
+    assert interruption.running_at is not None and run.state == "running"  # the requeue's attempt, on the spare
+    assert "FleetOps requeues job 100 off n2" in interruption.reason
+    post([event("run.restored", at(52), "rs-1", run="r1", from_step=3)])
+    interruption.refresh_from_db()
+    assert interruption.resumed_at == at(52)
+
+
 def test_the_same_playbook_started_twice_for_one_node_runs_once(post, settings):
     settings.PLAYBOOK_AUTO_START = False
     post(spares("s1") + story_until_failure())
