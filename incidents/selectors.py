@@ -12,7 +12,7 @@ from django.utils import timezone
 from incidents.domain.response import IncidentTimes, response_metrics
 from incidents.models import Incident, PlaybookExecution, TimelineEntry
 from runs.domain import goodput
-from runs.models import Interruption, Node
+from runs.models import Interruption, Node, Run
 from runs.selectors import FlaggedNode, run_costs_get, runs_heard_until_get
 
 
@@ -208,6 +208,9 @@ class BoardPage:
     groups: list[tuple[str, list[Incident], int]]  # (attention, its incidents on this page, how many on all pages)
     total: int
     gpus_idle: int = 0  # by the matching incidents, now (each incident's Impact.gpus_idle, added up)
+    # The nav badge's figures, from the same read, when the page holds every open incident (no filter but open_only):
+    # the board and the overview then read the open incidents once, not once for the list and again for the badge.
+    summary: "OpenSummary | None" = None
 
     @property
     def cost_per_minute_usd(self) -> float:
@@ -236,7 +239,9 @@ def incident_board_get(*, first: int, size: int, now: datetime, **filters) -> Bo
     severity, newest first; then the other open ones in that order; resolved and closed last, by severity, newest
     first. Each incident on the page carries its .impact; the order is total, so pages never swap rows."""
     rows = incidents_list(**filters)
-    opened = list(rows.filter(status__in=Incident.OPEN))
+    # Every open incident is read to order them, but only the page's rows with their alert counts and commander: at
+    # hundreds open (517 on the 54-day run) the annotated read and a Run object a row were most of the page's time.
+    opened = _with_runs(list(_filtered(Incident.objects.all(), **filters).filter(status__in=Incident.OPEN)))
     live = _live_get(opened, now)
     burning = live.burning
 
@@ -250,7 +255,8 @@ def incident_board_get(*, first: int, size: int, now: datetime, **filters) -> Bo
         return (not needs(i), _acknowledged(i), -burn(i), i.severity, -i.started_at.timestamp(), -i.pk)
 
     opened.sort(key=order)
-    page = opened[first : first + size]
+    shown = {i.pk: i for i in rows.filter(pk__in=[i.pk for i in opened[first : first + size]])}
+    page = [shown[i.pk] for i in opened[first : first + size]]
     impacts = _impacts(page, now, live)
     closed_total = 0 if filters.get("open_only") else rows.exclude(status__in=Incident.OPEN).count()
     if len(page) < size and closed_total:
@@ -267,10 +273,12 @@ def incident_board_get(*, first: int, size: int, now: datetime, **filters) -> Bo
     groups: dict[str, list[Incident]] = {}
     for incident in page:
         groups.setdefault(attention.get(incident.pk, CLOSED), []).append(incident)
+    unfiltered = not any(value for key, value in filters.items() if key != "open_only")
     return BoardPage(
         [(name, shown, totals[name]) for name, shown in groups.items()],
         len(opened) + closed_total,
         gpus_idle=sum(burn(i) for i in opened),
+        summary=_summary(opened, burning) if unfiltered else None,
     )
 
 
@@ -296,7 +304,7 @@ def incident_counts_get(
     return [SeverityCount(value, *found.get(value, (0, 0))) for value in Incident.Severity.values]
 
 
-def _filtered(incidents, *, status: str, severity: str, run: str, node: str, open_only: bool):
+def _filtered(incidents, *, status: str = "", severity: str = "", run: str = "", node: str = "", open_only=False):
     if open_only:
         incidents = incidents.filter(status__in=Incident.OPEN)
     if status:
@@ -326,17 +334,29 @@ class OpenSummary:
         return f"{self.count}.{self.latest_id or 0}.{self.needs_person}.{self.needs_digest}"
 
 
+def _with_runs(incidents: list[Incident]) -> list[Incident]:
+    """The incidents with their runs read once a run, not once a row (a 54-day run's hundreds of incidents)."""
+    runs = Run.objects.in_bulk({i.run_id for i in incidents if i.run_id is not None})
+    for incident in incidents:
+        if incident.run_id is not None:
+            incident.run = runs[incident.run_id]
+    return incidents
+
+
 def open_incidents_summary(*, now: datetime | None = None) -> OpenSummary:
     """The nav badge's figures: what needs a person, out of what is open (the board's first group, one rule)."""
-    opened = list(Incident.objects.filter(status__in=Incident.OPEN).select_related("run").order_by("severity", "pk"))
-    burning = incidents_burning_get(incidents=opened, now=now or timezone.now())
+    opened = _with_runs(list(Incident.objects.filter(status__in=Incident.OPEN)))
+    return _summary(opened, incidents_burning_get(incidents=opened, now=now or timezone.now()))
+
+
+def _summary(opened: list[Incident], burning: set[int]) -> OpenSummary:
     needs = [i for i in opened if needs_a_person(i, burning)]
     return OpenSummary(
         count=len(opened),
-        worst=opened[0].severity if opened else None,
+        worst=min((i.severity for i in opened), default=None),  # "SEV1" sorts first
         latest_id=max((i.pk for i in opened), default=None),
         needs_person=len(needs),
-        needs_worst=needs[0].severity if needs else None,
+        needs_worst=min((i.severity for i in needs), default=None),
         needs_digest=hashlib.sha256(repr(sorted(i.pk for i in needs)).encode()).hexdigest()[:8] if needs else "0",
     )
 

@@ -66,6 +66,7 @@ def _fleet_health_context(now) -> dict:
     lemon_count, lemons = incident_selectors.lemon_nodes_get(limit=8)
     state_counts = Counter(state for row in grid for _, state in row.nodes)
     in_incident = incident_selectors.nodes_in_open_incidents()
+    open_board = incident_selectors.incident_board_get(first=0, size=8, now=now, open_only=True)
     return {
         "grid": [(row, _grid_cells(row, in_incident)) for row in grid],
         "grid_width": max((len(row.nodes) for row in grid), default=0),
@@ -73,8 +74,8 @@ def _fleet_health_context(now) -> dict:
         "node_total": sum(state_counts.values()),
         "goodput_24h": goodput_24h if goodput_24h.wall_clock_s > 0 else None,
         # The board's first rows, in its order: what needs a person first, then by what it burns now.
-        "open_board": incident_selectors.incident_board_get(first=0, size=8, now=now, open_only=True),
-        "open_summary": incident_selectors.open_incidents_summary(now=now),
+        "open_board": open_board,
+        "open_summary": open_board.summary,  # the nav badge's too, from the board's one read of what is open
         "suspect_count": suspect_count,
         "suspects": suspects,
         "lemon_count": lemon_count,

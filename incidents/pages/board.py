@@ -67,6 +67,7 @@ def board(request):
         "query": request.GET.urlencode(),
         "pager": paging.pager(request, "incident-board", page, shown=shown, total=total),
         "now": now,
+        "open_summary": board_page.summary,  # the nav badge's, from the same read (None when filtered: the tag reads)
         # One reverse per kind of link, not three a row: 200 rows made 600 reverse() calls, a tenth of the board.
         "urls": {name.replace("-", "_"): reverse(name, args=[arg])[: -len(str(arg))] for name, arg in _LINKS},
     }
