@@ -21,6 +21,8 @@ from __future__ import annotations
 import atexit
 import logging
 import math
+import os
+import signal
 import threading
 import time
 from collections import deque
@@ -82,10 +84,34 @@ class Client:
         self.spool = Spool(config.spool_path, max_bytes=config.spool_max_mb * 1024 * 1024)
         transport = transport or HttpTransport(config.url, config.token or "", timeout=config.timeout_s)
         self.sender = Sender(self.spool, transport, batch_size=config.batch)
+        self._spool_lock = threading.Lock()  # the spool is the sender thread's, and the SIGTERM handler's
         if start:
             self._thread = threading.Thread(target=self._loop, name="fleetops-client", daemon=True)
             self._thread.start()
             atexit.register(self.close)
+            self._spool_on_sigterm()
+
+    def _spool_on_sigterm(self) -> None:
+        """A job killed by its scheduler (a requeue, a cancel) gets SIGTERM and then, seconds later, SIGKILL; exit
+        handlers never run. So on SIGTERM what is queued is spooled first (the next process of the run and rank sends
+        it), then SIGTERM does what it did before. Only where nobody handles SIGTERM yet, from the main thread."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+
+        def spool_then_die(signum, frame):
+            events = self._take()
+            if events and self._spool_lock.acquire(timeout=3):
+                try:
+                    self.spool.extend(events)
+                finally:
+                    self._spool_lock.release()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, spool_then_die)
+        self._sigterm_handler = spool_then_die
 
     @classmethod
     def from_env(cls, **overrides) -> Client:
@@ -274,12 +300,16 @@ class Client:
         """Spool what is queued, then send until the spool is empty or the API is unavailable. True when idle."""
         events = self._take()
         if events:
-            self.spool.extend(events)
+            with self._spool_lock:
+                self.spool.extend(events)
         now = time.monotonic()
         if self._unavailable_since is not None and now < self._retry_at and deadline is None:
             return False
         try:
-            while self.sender.send_once():
+            while True:
+                with self._spool_lock:
+                    if not self.sender.send_once():
+                        break
                 if deadline is not None and time.monotonic() > deadline:
                     return False
         except RetryableError as exc:
@@ -330,6 +360,9 @@ class Client:
             return True
         sent = self.flush(timeout)
         self._closed = True
+        handler = getattr(self, "_sigterm_handler", None)
+        if handler is not None and signal.getsignal(signal.SIGTERM) is handler:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=max(1.0, self.config.flush_s))

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 from django.conf import settings
 from django.db import connection
 
@@ -18,6 +19,7 @@ from runs.models import Event
 from tests.conftest import reachable, require
 
 ROOT = Path(__file__).resolve().parents[1]
+GUNICORN = Path(sys.executable).parent / "gunicorn"
 
 
 @pytest.fixture
@@ -178,3 +180,36 @@ def alive(pid: int) -> bool:
             return stat.read().split(") ")[-1][:1] != "Z"  # a zombie has exited; init reaps it later
     except FileNotFoundError:
         return False
+
+
+class Gunicorn:
+    """`gunicorn fleetops.wsgi` (two worker processes) on a free port; output kept in `log`."""
+
+    def __init__(self, root: Path, env: dict[str, str], workers: int = 2):
+        self.port, self.log = free_ports(), root / "gunicorn.log"
+        command = [str(GUNICORN), "fleetops.wsgi:application", "-b", f"127.0.0.1:{self.port}", "-w", str(workers)]
+        command += ["--timeout", "60", "--graceful-timeout", "5"]
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, env={**os.environ, **env}, stdout=self.log.open("ab"), stderr=subprocess.STDOUT
+        )
+        wait_for(self._answers, timeout=60, what="gunicorn to answer")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _answers(self) -> bool:
+        if self.process.poll() is not None:
+            pytest.fail("gunicorn exited:\n" + self.log.read_text()[-3000:])
+        try:
+            return requests.get(self.url + "/login/", timeout=2).status_code < 500
+        except requests.RequestException:
+            return False
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)

@@ -20,6 +20,7 @@ from .conftest import api_token, report
 
 N = 1000
 TIMEOUT_S = 30.0  # gunicorn's default worker timeout, which a slower webhook ran past
+REPEATS = 3
 
 
 def _alerts(n: int, prefix: str) -> dict:
@@ -46,16 +47,18 @@ def _timed(call) -> float:
 def test_a_webhook_of_a_thousand_alerts():
     token = api_token("bench-alertmanager", ["events:write"])
     client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
-    figures = {}
+    figures: dict[int, list[tuple[float, float]]] = {N // 4: [], N: []}
+    # Each size three times, on nodes of its own each time, and the fastest kept: one webhook of 250 alerts took
+    # 0.13 s in one run and 0.26 s in the next, and a single timing made the 4x ratio read 2.8x or 5.8x.
     with transaction.atomic():
-        for n in (N // 4, N):
-            prefix = f"bench-am-{n}-"
+        for n in [size for _ in range(REPEATS) for size in (N // 4, N)]:
+            prefix = f"bench-am-{n}-{len(figures[n])}-"
             Node.objects.bulk_create([Node(hostname=f"{prefix}{i:04d}", rack=f"bench-am-{n}") for i in range(n)])
             states = [
                 {
                     "specversion": "1.0",
                     "id": f"{prefix}{i}",
-                    "source": "bench://am",
+                    "source": f"bench://am/{prefix}",
                     "type": "node.state",
                     "time": "2026-11-29T09:59:00Z",
                     "data": {"node": f"{prefix}{i:04d}", "state": "suspect", "reason": "x"},
@@ -63,10 +66,10 @@ def test_a_webhook_of_a_thousand_alerts():
                 for i in range(n)
             ]
 
-            def baseline(states=states):
+            def baseline(states=states, source=f"bench://am/{prefix}"):
                 response = client.post("/api/v1/events", json.dumps(states), content_type="application/json")
                 assert response.status_code == 202, response.content[:200]
-                events_apply(event_ids=list(Event.objects.filter(source="bench://am").values_list("pk", flat=True)))
+                events_apply(event_ids=list(Event.objects.filter(source=source).values_list("pk", flat=True)))
 
             def webhook(n=n, prefix=prefix):
                 response = client.post(
@@ -74,9 +77,10 @@ def test_a_webhook_of_a_thousand_alerts():
                 )
                 assert response.status_code == 200 and response.json()["firing"] == n, response.content[:200]
 
-            figures[n] = (_timed(baseline), _timed(webhook))
+            figures[n].append((_timed(baseline), _timed(webhook)))
         transaction.set_rollback(True)
-    (_, small), (base, large) = figures[N // 4], figures[N]
+    small = min(webhook for _, webhook in figures[N // 4])
+    base, large = (min(times) for times in zip(*figures[N], strict=True))
     report(f"alertmanager: {N:,} node.state events posted and applied (baseline)", f"{base:.2f} s")
     report(
         f"alertmanager: one webhook of {N:,} alerts on {N:,} nodes",

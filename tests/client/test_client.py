@@ -1,14 +1,22 @@
 """fleetops_client: the training job's reporter. Its queue never holds the loop up, its samples are bounded and their
 drops counted, its ids make resends duplicates and requeued steps new, and what it sends is what FleetOps takes."""
 
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from fleetops_client import Client, Config
 from fleetops_client.config import incarnation, run_name
 from fleetops_client.delivery import Response, RetryableError
+from fleetops_client.spool import Spool
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Transport:
@@ -222,3 +230,28 @@ def test_rank_zero_alone_reports_run_events(tmp_path):
         pass
     client.close()
     assert transport.events == []
+
+
+def test_a_job_killed_by_its_scheduler_spools_what_it_had_queued_before_it_dies(tmp_path):
+    """SIGTERM (a requeue or a cancel), then SIGKILL seconds later: exit handlers never run, so the queue is spooled on
+    SIGTERM and the process dies of it as before."""
+    script = textwrap.dedent(
+        """
+        import os, signal, sys, time
+        from fleetops_client import Client, Config
+        config = Config(url="http://127.0.0.1:9", token="t", run="killed", incarnation="1.0", spool_dir=sys.argv[1],
+                        flush_s=3600.0, step_every_s=0.0)
+        client = Client(config)
+        client.restored(10)
+        client.step(11)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        sys.exit(3)  # never reached: SIGTERM still ends the process
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == -signal.SIGTERM, done.stderr
+    spooled = [r.event["id"] for r in Spool(tmp_path / "killed.rank-0").pending()]
+    assert spooled == ["killed:1.0:restored:10", "killed:1.0:step:11"]

@@ -52,6 +52,7 @@ def main() -> None:
     parser.add_argument("--sdc-rank", type=int, default=-1)
     parser.add_argument("--sdc-scale", type=float, default=1.5)
     parser.add_argument("--leave-running", action="store_true", help="end without reporting the run completed")
+    parser.add_argument("--pid-dir", type=Path, help="write <node>.<rank>.pid there (a test kills a node's ranks)")
     args = parser.parse_args()
 
     if "RANK" not in os.environ:  # under srun
@@ -61,6 +62,9 @@ def main() -> None:
     nodes = args.nodes.split(",") if args.nodes else []
     node = nodes[rank] if nodes else os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     client = fleetops_client.init(node=node)
+    if args.pid_dir is not None:
+        args.pid_dir.mkdir(parents=True, exist_ok=True)
+        (args.pid_dir / f"{node}.{rank}.pid").write_text(str(os.getpid()))
     checkpoints = dist.new_group(backend="gloo")  # the background writes' collectives, apart from training's
 
     torch.manual_seed(0)
@@ -104,8 +108,12 @@ def main() -> None:
             target = args.checkpoint_dir / f"step-{step}"
             if args.sync_checkpoints:
                 fo.save(client, step, state, checkpoint_id=target, process_group=checkpoints)
+                _log(args.job_log, rank, event="durable", step=step)
             else:
                 pending = fo.async_save(client, step, state, checkpoint_id=target, process_group=checkpoints)
+                pending.add_done_callback(
+                    lambda f, step=step: f.exception() or _log(args.job_log, rank, event="durable", step=step)
+                )
             _log(args.job_log, rank, event="checkpoint", step=step)
     if pending is not None:
         pending.result()

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-import requests
 from celery.exceptions import AlwaysEagerIgnored
 from django.conf import settings
 
@@ -30,7 +29,6 @@ from tests.conftest import require
 from tests.services import free_ports, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-GUNICORN = Path(sys.executable).parent / "gunicorn"
 TEMPLATE = "fleetops_template"
 
 
@@ -227,39 +225,6 @@ def app_env(database_url: str, redis_url: str, **extra: str) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         **extra,
     }
-
-
-class Gunicorn:
-    """`gunicorn fleetops.wsgi` (two worker processes) on a free port; output kept in `log`."""
-
-    def __init__(self, root: Path, env: dict[str, str], workers: int = 2):
-        self.port, self.log = free_ports(), root / "gunicorn.log"
-        command = [str(GUNICORN), "fleetops.wsgi:application", "-b", f"127.0.0.1:{self.port}", "-w", str(workers)]
-        command += ["--timeout", "60", "--graceful-timeout", "5"]
-        self.process = subprocess.Popen(
-            command, cwd=ROOT, env={**os.environ, **env}, stdout=self.log.open("ab"), stderr=subprocess.STDOUT
-        )
-        wait_for(self._answers, timeout=60, what="gunicorn to answer")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def _answers(self) -> bool:
-        if self.process.poll() is not None:
-            pytest.fail("gunicorn exited:\n" + self.log.read_text()[-3000:])
-        try:
-            return requests.get(self.url + "/login/", timeout=2).status_code < 500
-        except requests.RequestException:
-            return False
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
 
 
 def queues() -> str:

@@ -10,8 +10,8 @@ import json
 import pytest
 import requests
 
-from tests.faults.conftest import Gunicorn, app_env, make_private_token, probe, send_sweeper, stream, wait_for
-from tests.services import Worker
+from tests.faults.conftest import app_env, make_private_token, probe, send_sweeper, stream, wait_for
+from tests.services import Gunicorn, Worker
 
 pytestmark = pytest.mark.services  # private servers started from the machine's binaries (conftest.py)
 BATCH = "application/cloudevents-batch+json"

@@ -15,7 +15,6 @@ import requests
 
 from tests.faults.conftest import (
     ROOT,
-    Gunicorn,
     app_env,
     make_private_token,
     probe,
@@ -23,7 +22,7 @@ from tests.faults.conftest import (
     stream,
     wait_for,
 )
-from tests.services import Worker
+from tests.services import Gunicorn, Worker
 
 pytestmark = pytest.mark.services  # private servers started from the machine's binaries (conftest.py)
 BATCH = "application/cloudevents-batch+json"
