@@ -13,6 +13,7 @@ The job's own log (job.jsonl): each attempt's start (the batch script's first li
 0 of the trainer). The fault's moment is the test's own stamp of the injection.
 """
 
+import importlib.util
 import json
 import os
 import shutil
@@ -21,12 +22,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import requests
 
-from incidents.models import Incident, PlaybookExecution
+from incidents.detection.services import sdc_detect, stragglers_detect
+from incidents.models import Alert, Incident, PlaybookExecution
 from runs.models import Checkpoint, Cluster, Event, Interruption, Run
 from tests.conftest import make_token, require
 from tests.services import Gunicorn, free_ports, wait_for
@@ -83,114 +86,134 @@ class Agents:
                 process.kill()
 
 
-def _job_script(shared: Path, url: str, scheduler_token: str, trainer_token: str, port: int) -> Path:
-    trainer = ROOT / "tests/client/trainer.py"
-    script = shared / "job.sh"
-    script.write_text(
-        f"""#!/bin/bash
-LOG={shared}/job.jsonl
+class Harness:
+    """The loopback Slurm cluster as FleetOps' cluster `loopback`, FleetOps under gunicorn (the worker fixture beside
+    it), the agents, the tokens, and a shared folder for the jobs (checkpoints, the client's spools, the job log)."""
+
+    def __init__(self, slurm_cluster, tmp_path: Path):
+        self.slurm = slurm_cluster
+        Cluster.objects.create(name=CLUSTER, scheduler="slurm", api_url=slurm_cluster.conf, max_out_share=0.5)
+        self.shared = Path(tempfile.mkdtemp(prefix="fleetops-loop-"))  # the nodes' shared file system
+        self.shared.chmod(0o755)
+        self.web = Gunicorn(tmp_path, _database_env())
+        self.agents = Agents(tmp_path, self.web.url)
+        self.scheduler = make_token("loop-prolog", ["events:write"], role="scheduler")
+        self.trainer = make_token("loop-trainer", ["events:write"], role="trainer")
+        self.reader = make_token("loop-reader", ["read"], role="scheduler")
+        self.jobs: list[str] = []
+        self.bad = self.spare = None
+
+    def submit(self, run: str, *trainer_args: str, **env: str) -> str:
+        """A 2-node, 2-rank-a-node job of tests/client/trainer.py, requeueable; its id."""
+        settings = {"FLEETOPS_FLUSH_S": "0.2", "FLEETOPS_STEP_EVERY_S": "0", "FLEETOPS_SAMPLE_EVERY_S": "2", **env}
+        script = self.shared / f"{run}.sh"
+        script.write_text(
+            f"""#!/bin/bash
+LOG={self.shared}/{run}.jsonl
 printf '{{"t": %s, "event": "start", "restart": %s}}\\n' "$(date +%s.%N)" "${{SLURM_RESTART_COUNT:-0}}" >> $LOG
-export FLEETOPS_URL={url} FLEETOPS_CLUSTER={CLUSTER} FLEETOPS_GPUS_PER_NODE=2
-FLEETOPS_TOKEN={scheduler_token} bash {ROOT}/contrib/slurm/prolog.sh
-export FLEETOPS_TOKEN={trainer_token} FLEETOPS_SPOOL_DIR={shared}/client-spool FLEETOPS_FLUSH_S=0.2
-export FLEETOPS_STEP_EVERY_S=0 FLEETOPS_SAMPLE_EVERY_S=2 PYTHONPATH={ROOT} OMP_NUM_THREADS=1
-export MASTER_ADDR=127.0.0.1 MASTER_PORT=$(({port} + ${{SLURM_RESTART_COUNT:-0}}))
-exec srun --kill-on-bad-exit=1 {sys.executable} {trainer} --steps 100000 --step-seconds 0.1 --batch 256 \\
-  --checkpoint-every 10 --checkpoint-dir {shared}/checkpoints --job-log $LOG --pid-dir {shared}/pids
+export FLEETOPS_URL={self.web.url} FLEETOPS_CLUSTER={CLUSTER} FLEETOPS_GPUS_PER_NODE=2
+FLEETOPS_TOKEN={self.scheduler} bash {ROOT}/contrib/slurm/prolog.sh
+export FLEETOPS_TOKEN={self.trainer} FLEETOPS_SPOOL_DIR={self.shared}/client-spool PYTHONPATH={ROOT} OMP_NUM_THREADS=1
+export {" ".join(f"{k}={v}" for k, v in settings.items())}
+export MASTER_ADDR=127.0.0.1 MASTER_PORT=$(({free_ports(4)} + ${{SLURM_RESTART_COUNT:-0}}))
+exec srun {sys.executable} {ROOT}/tests/client/trainer.py --job-log $LOG --pid-dir {self.shared}/pids \\
+  --checkpoint-dir {self.shared}/{run}-checkpoints {" ".join(trainer_args)}
 """
-    )
-    script.chmod(0o755)
-    return script
+        )
+        script.chmod(0o755)
+        job_id = self.slurm.run(
+            "sbatch",
+            "--parsable",
+            f"--job-name={run}",
+            "--partition=gpu",
+            "--nodes=2",
+            "--ntasks-per-node=2",
+            "--requeue",
+            f"--output={self.shared}/{run}-%j.out",
+            f"--chdir={self.shared}",
+            str(script),
+        )
+        self.jobs.append(job_id.strip().split(";")[0])
+        return self.jobs[-1]
 
+    def log(self, run: str) -> list[dict]:
+        path = self.shared / f"{run}.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
-def _log(shared: Path) -> list[dict]:
-    path = shared / "job.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    def finished(self, job_id: str) -> bool:
+        return "JobState=COMPLETED" in self.slurm.run("scontrol", "show", "job", job_id)
 
-
-def test_a_gpu_falls_off_the_bus_and_the_job_trains_again_on_a_spare_from_its_last_checkpoint(
-    slurm_cluster, worker, tmp_path
-):
-    require(shutil.which("srun") is not None, "Slurm's srun")
-    require(__import__("importlib").util.find_spec("torch") is not None, "PyTorch (torch==2.13.0)")
-    Cluster.objects.create(name=CLUSTER, scheduler="slurm", api_url=slurm_cluster.conf, max_out_share=0.5)
-    shared = Path(tempfile.mkdtemp(prefix="fleetops-loop-"))  # the nodes' shared file system
-    shared.chmod(0o755)
-    web = Gunicorn(tmp_path, _database_env())
-    agents = Agents(tmp_path, web.url)
-    scheduler = make_token("loop-prolog", ["events:write"], role="scheduler")
-    trainer = make_token("loop-trainer", ["events:write"], role="trainer")
-    reader = make_token("loop-reader", ["read"], role="scheduler")
-    script = _job_script(shared, web.url, scheduler, trainer, free_ports(4))
-    job_id = bad = spare = None
-    try:
-        job_id = (
-            slurm_cluster.run(
-                "sbatch",
-                "--parsable",
-                f"--job-name={RUN}",
-                "--partition=gpu",
-                "--nodes=2",
-                "--ntasks-per-node=2",
-                "--requeue",
-                f"--output={shared}/slurm-%j.out",
-                f"--chdir={shared}",
-                str(script),
-            )
-            .strip()
-            .split(";")[0]
-        )
-        # Training, with two durable checkpoints behind it.
-        wait_for(
-            lambda: Checkpoint.objects.filter(run__name=RUN, status="completed", tier="durable").count() >= 2,
-            timeout=180,
-            what="two durable checkpoints",
-        )
-        run = Run.objects.get(name=RUN)
-        durable = Checkpoint.objects.filter(run=run, status="completed", tier="durable").order_by("-step").first()
-        # Half an interval past it, so the fault rewinds work that the checkpoint does not hold.
-        wait_for(lambda: Run.objects.get(pk=run.pk).last_step >= durable.step + 5, timeout=60, what="five more steps")
-        bad = sorted(run.attempts.get().nodes.values_list("hostname", flat=True))[1]  # rank 0 runs on the first
-        # The GPU falls off the bus: the agent sees Xid 79, and the job's ranks on that node die with it (the others
-        # wait in their all-reduce, as a job whose peer is gone does, until the scheduler ends them).
-        fault_at = agents.inject(bad, gpu=1, xid=79)
-        for pid_file in (shared / "pids").glob(f"{bad}.*.pid"):
-            os.kill(int(pid_file.read_text()), signal.SIGKILL)
-
-        execution = wait_for(
-            lambda: PlaybookExecution.objects.filter(run=run, status__in=("succeeded", "failed")).first(),
-            timeout=120,
-            what="FleetOps' drain-and-replace to finish",
-        )
-        assert execution.status == "succeeded", execution.error
-        spare = execution.steps.get(name="pick spare").output["spare"]
-        interruption = wait_for(
-            lambda: Interruption.objects.filter(run=run, resumed_at__isnull=False).first(),
-            timeout=120,
-            what="the job to train again from its checkpoint",
-        )
-        wait_for(
-            lambda: Run.objects.get(pk=run.pk).last_step > interruption.resumed_from_step + 5,
-            timeout=60,
-            what="steps after the restore",
-        )
-        incident = wait_for(
-            lambda: Incident.objects.filter(run=run, status="mitigated").first(),
-            timeout=60,
-            what="the restore to mitigate the incident",
-        )
-        log = _log(shared)
-        answer = requests.get(
-            f"{web.url}/api/v1/runs/{RUN}/goodput", headers={"Authorization": f"Bearer {reader}"}, timeout=30
-        )
-    finally:
-        if job_id:
-            slurm_cluster.run("scancel", job_id)
-        agents.stop()
+    def close(self) -> None:
+        for job_id in self.jobs:
+            self.slurm.run("scancel", job_id)
+        self.agents.stop()
         try:
-            put_back(slurm_cluster, _adapter(slurm_cluster), job_id=job_id or "0", bad=bad, spare=spare)
+            put_back(
+                self.slurm,
+                _adapter(self.slurm),
+                job_id=self.jobs[0] if self.jobs else "0",
+                bad=self.bad,
+                spare=self.spare,
+            )
         finally:
-            web.stop()
+            self.web.stop()
+
+
+@pytest.fixture
+def harness(slurm_cluster, worker, tmp_path):
+    require(shutil.which("srun") is not None, "Slurm's srun")
+    require(importlib.util.find_spec("torch") is not None, "PyTorch (torch==2.13.0, make test installs it)")
+    loop = Harness(slurm_cluster, tmp_path)
+    try:
+        yield loop
+    finally:
+        loop.close()
+
+
+def test_a_gpu_falls_off_the_bus_and_the_job_trains_again_on_a_spare_from_its_last_checkpoint(harness):
+    harness.submit(RUN, "--steps", "100000", "--step-seconds", "0.1", "--batch", "256", "--checkpoint-every", "10")
+    # Training, with two durable checkpoints behind it.
+    wait_for(
+        lambda: Checkpoint.objects.filter(run__name=RUN, status="completed", tier="durable").count() >= 2,
+        timeout=180,
+        what="two durable checkpoints",
+    )
+    run = Run.objects.get(name=RUN)
+    durable = Checkpoint.objects.filter(run=run, status="completed", tier="durable").order_by("-step").first()
+    # Half an interval past it, so the fault rewinds work that the checkpoint does not hold.
+    wait_for(lambda: Run.objects.get(pk=run.pk).last_step >= durable.step + 5, timeout=60, what="five more steps")
+    bad = harness.bad = sorted(run.attempts.get().nodes.values_list("hostname", flat=True))[1]  # rank 0: the first
+    # The GPU falls off the bus: the agent sees Xid 79, and the job's ranks on that node die with it (the others
+    # wait in their all-reduce, as a job whose peer is gone does, until the scheduler ends them).
+    fault_at = harness.agents.inject(bad, gpu=1, xid=79)
+    for pid_file in (harness.shared / "pids").glob(f"{bad}.*.pid"):
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+    execution = wait_for(
+        lambda: PlaybookExecution.objects.filter(run=run, status__in=("succeeded", "failed")).first(),
+        timeout=120,
+        what="FleetOps' drain-and-replace to finish",
+    )
+    assert execution.status == "succeeded", execution.error
+    spare = harness.spare = execution.steps.get(name="pick spare").output["spare"]
+    interruption = wait_for(
+        lambda: Interruption.objects.filter(run=run, resumed_at__isnull=False).first(),
+        timeout=120,
+        what="the job to train again from its checkpoint",
+    )
+    wait_for(
+        lambda: Run.objects.get(pk=run.pk).last_step > interruption.resumed_from_step + 5,
+        timeout=60,
+        what="steps after the restore",
+    )
+    incident = wait_for(
+        lambda: Incident.objects.filter(run=run, status="mitigated").first(),
+        timeout=60,
+        what="the restore to mitigate the incident",
+    )
+    log = harness.log(RUN)
+    headers = {"Authorization": f"Bearer {harness.reader}"}
+    answer = requests.get(f"{harness.web.url}/api/v1/runs/{RUN}/goodput", headers=headers, timeout=30)
     # What FleetOps did, with nobody typing anything.
     assert (incident.status, incident.mitigated_at) == ("mitigated", interruption.resumed_at)
     assert [s.name for s in execution.steps.order_by("index")] == [
@@ -242,6 +265,9 @@ def test_a_gpu_falls_off_the_bus_and_the_job_trains_again_on_a_spare_from_its_la
     for stage, seconds in stages.items():
         assert abs(seconds - truth[stage]) < TOLERANCE_S, (stage, seconds, truth[stage])
     print(f"\nfault to training again: {fleetops['training again'] - fault_at:.1f} s; stages (s): {stages}")
+    for checkpoint in Checkpoint.objects.filter(run=run, status="completed"):  # asynchronous: blocked for the copy
+        assert checkpoint.tier == "durable" and checkpoint.durable_at == checkpoint.completed_at
+        assert 0 < checkpoint.blocking_s <= (checkpoint.completed_at - checkpoint.started_at).total_seconds()
     _assert_nothing_lost_or_doubled(run, log)
 
 
@@ -261,3 +287,80 @@ def _adapter(slurm_cluster):
     from incidents.playbooks.clusters.slurm import SlurmAdapter, SlurmConfig
 
     return SlurmAdapter(SlurmConfig(slurm_conf=slurm_cluster.conf, timeout_s=20))
+
+
+def _trained(harness: Harness, run: str, job_id: str) -> None:
+    wait_for(lambda: harness.finished(job_id), timeout=240, what=f"job {job_id} ({run}) to finish")
+    assert Run.objects.get(name=run).state == Run.State.RUNNING  # left running: the detectors judge running runs
+
+
+def _flagged(detect, run: str, kind: str) -> dict[str, str]:
+    """The detector run at the moment of the run's last sample: the nodes it flagged and the alert kinds."""
+    last = Event.objects.filter(run_name=run, type=kind).latest("time").time
+    detect(now=last + timedelta(milliseconds=1))
+    return dict(Alert.objects.values_list("node__hostname", "kind"))
+
+
+def _nodes_of(run: str) -> list[str]:
+    """The run's nodes in rank order: ranks 0 and 1 on the first, 2 and 3 on the second (srun's block layout)."""
+    ranks = Event.objects.filter(run_name=run, type="rank.step_time").values_list("data", flat=True)
+    by_rank = {data["rank"]: data["node"] for data in ranks}
+    return [by_rank[0], by_rank[2]]
+
+
+def test_a_rank_made_30_percent_slower_flags_its_node_and_no_other(harness, settings):
+    """The DDP hook's per-rank compute (not the wall-clock step every rank shares) shows the slow rank; the straggler
+    detector, over 3 windows of 2 s, flags its node and not the other."""
+    settings.STRAGGLER_WINDOW_S = 2
+    run = "loop-slow"
+    job_id = harness.submit(
+        run,
+        "--steps",
+        "80",
+        "--step-seconds",
+        "0.1",
+        "--batch",
+        "256",
+        "--slow-rank",
+        "2",
+        "--leave-running",
+        FLEETOPS_SAMPLE_EVERY_S="0.5",
+    )
+    _trained(harness, run, job_id)
+    by_rank: dict[int, list[float]] = {}
+    for data in Event.objects.filter(run_name=run, type="rank.step_time").values_list("data", flat=True):
+        by_rank.setdefault(data["rank"], []).append(data["seconds"])
+    means = {rank: sum(v) / len(v) for rank, v in by_rank.items()}
+    assert 1.2 < means[2] / (sum(means[r] for r in (0, 1, 3)) / 3) < 1.5, means
+    first, second = _nodes_of(run)
+    assert _flagged(stragglers_detect, run, "rank.step_time") == {second: "straggler"}
+
+
+def test_a_rank_whose_local_gradients_are_scaled_flags_its_host_and_no_other(harness, settings):
+    """Each rank's local gradient norm before the all-reduce (the DDP hook), every step: rank 1's, scaled by 1.5,
+    disagrees with its replicas; the healthy ones agree within the detector's tolerance (a large batch a rank)."""
+    run = "loop-sdc"
+    job_id = harness.submit(
+        run,
+        "--steps",
+        "30",
+        "--step-seconds",
+        "0",
+        "--batch",
+        "32768",
+        "--sdc-rank",
+        "1",
+        "--leave-running",
+        FLEETOPS_GRAD_NORM_EVERY="1",
+    )
+    _trained(harness, run, job_id)
+    norms: dict[int, dict[int, float]] = {}
+    for data in Event.objects.filter(run_name=run, type="rank.grad_norm").values_list("data", flat=True):
+        norms.setdefault(data["step"], {})[data["rank"]] = data["value"]
+    assert len(norms) == 30 and all(len(by_rank) == 4 for by_rank in norms.values())
+    for by_rank in norms.values():
+        healthy = sorted(by_rank[r] for r in (0, 2, 3))
+        assert healthy[-1] / healthy[0] - 1 < settings.SDC_REL_TOLERANCE
+        assert 1.3 < by_rank[1] / healthy[1] < 1.7
+    first, second = _nodes_of(run)
+    assert _flagged(sdc_detect, run, "rank.grad_norm") == {first: "sdc"}
