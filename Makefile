@@ -36,11 +36,12 @@ run: migrate
 	DEMO_FEED=true CELERY_TASK_ALWAYS_EAGER=false $(BIN)/python manage.py serve $(HOST):$(PORT)
 
 # With DATABASE_URL and REDIS_URL set, the service tests run against PostgreSQL, Redis and a real worker.
-# PyTorch (CPU, for the training client's tests) is installed here only, never for `make run`.
+# PyTorch (CPU), Lightning and Transformers, for the training client's tests, are installed here only, never for
+# `make run`.
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e ".[dev,torch]" 2>&1 \
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e ".[dev,training]" 2>&1 \
 		| grep -v "is ignored" || true
-	$(BIN)/python -c "import torch, numpy"
+	$(BIN)/python -c "import torch, numpy, lightning, transformers, accelerate"
 	touch $(TEST_STAMP)
 
 test: $(TEST_STAMP)
@@ -71,15 +72,15 @@ fuzz: $(STAMP)
 reliability-doc: $(STAMP)
 	$(BIN)/python -m tests.test_reliability_doc --write
 
-# requirements.lock: the exact versions pip resolves for `.[dev,torch]` (production and test dependencies), written from
+# requirements.lock: the exact versions pip resolves for `.[dev,training]` (production and test dependencies), written from
 # pip's own resolver report, so it is what a fresh `make install` gets. Run after changing pyproject.toml.
 lock: $(STAMP)
 	$(BIN)/python -m pip install --dry-run --ignore-installed --quiet --disable-pip-version-check \
-		--report $(VENV)/lock-report.json -e ".[dev,torch]" 2>&1 | grep -v "is ignored" || true
+		--report $(VENV)/lock-report.json -e ".[dev,training]" 2>&1 | grep -v "is ignored" || true
 	$(BIN)/python -c 'import json, sys; r = json.load(open(sys.argv[1])); \
 		rows = sorted((i["metadata"]["name"].lower().replace("_", "-"), i["metadata"]["version"]) \
 		for i in r["install"] if not i.get("is_direct")); \
-		print("# make lock: what pip resolves for .[dev,torch]; make audit checks it for known vulnerabilities"); \
+		print("# make lock: what pip resolves for .[dev,training]; make audit checks it for known vulnerabilities"); \
 		print("\n".join(f"{n}=={v}" for n, v in rows))' $(VENV)/lock-report.json > requirements.lock
 
 # Known vulnerabilities in requirements.lock (PyPI's advisory data; AUDIT_OSV_URL=<an OSV mirror>/v1/query to use
