@@ -47,19 +47,23 @@ $(TEST_STAMP): $(STAMP)
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest
 
-# The benchmark extra (Google's ml-goodput-measurement, the baseline) is installed here only, never for `make test`.
-$(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev,bench]" 2>&1 | grep -v "is ignored" || true
-	$(BIN)/python -c "import ml_goodput_measurement.src.goodput"
+# The benchmark extra (Google's ml-goodput-measurement, the baseline) is installed here only, never for `make test`;
+# the training extra for the restart-loss benchmark's real job.
+$(BENCH_STAMP): $(TEST_STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e ".[dev,bench,training]" \
+		2>&1 | grep -v "is ignored" || true
+	$(BIN)/python -c "import ml_goodput_measurement.src.goodput, torch"
 	touch $(BENCH_STAMP)
 
 # Figures, not tests: see docs/PERFORMANCE.md. The first run loads the 54-day simulated run (minutes); later runs keep it.
-# wrk (the pages benchmark's load generator) comes from the system's packages: installed here when it is missing.
+# From the system's packages, installed here when missing: wrk (the pages benchmark's load generator) and Slurm (the
+# restart-loss benchmark's loopback cluster).
+BENCH_DEBS := $(if $(shell command -v wrk),,wrk) $(if $(shell command -v slurmctld),,slurm-wlm slurmrestd munge)
 bench: $(BENCH_STAMP)
-	@command -v wrk >/dev/null || { echo "Installing wrk"; \
+	@[ -z "$(strip $(BENCH_DEBS))" ] || { echo "Installing $(strip $(BENCH_DEBS))"; \
 		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-		$$SUDO apt-get install -y -qq wrk >/dev/null 2>&1 || { $$SUDO apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq wrk >/dev/null; }; }
+		$$SUDO apt-get install -y -qq $(BENCH_DEBS) >/dev/null 2>&1 || { $$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(BENCH_DEBS) >/dev/null; }; }
 	DATABASE_URL="$${DATABASE_URL:-$(BENCH_DATABASE_URL)}" REDIS_URL="$${REDIS_URL:-$(BENCH_REDIS_URL)}" \
 		$(BIN)/python -m pytest tests/benchmarks -q -s -p no:cacheprovider --override-ini="addopts="
 

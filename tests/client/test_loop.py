@@ -55,12 +55,12 @@ def _database_env() -> dict[str, str]:
 class Agents:
     """fleetops-agent --fake on every node, each with its own token, spool and fault-injection file."""
 
-    def __init__(self, root: Path, url: str):
+    def __init__(self, root: Path, url: str, suffix: str):
         self.root, self.processes = root, []
         for node in NODES:
             scenario = root / f"{node}.json"
             scenario.write_text(json.dumps({"gpus": [{}, {}], "inject": str(self.inject_file(node))}))
-            token = make_token(f"agent-{node}", ["events:write"], role="agent", node=node)
+            token = make_token(f"agent-{node}-{suffix}", ["events:write"], role="agent", node=node)
             env = os.environ | {"FLEETOPS_TOKEN": token, "FLEETOPS_AGENT_FAKE_NVML": str(scenario)}
             argv = [sys.executable, "-m", "fleetops_agent.main", "--fake", "--url", url, "--node", node]
             argv += ["--cluster", CLUSTER, "--spool-dir", str(root / f"spool-{node}"), "--interval", "5"]
@@ -92,14 +92,16 @@ class Harness:
 
     def __init__(self, slurm_cluster, tmp_path: Path):
         self.slurm = slurm_cluster
-        Cluster.objects.create(name=CLUSTER, scheduler="slurm", api_url=slurm_cluster.conf, max_out_share=0.5)
+        Cluster.objects.update_or_create(
+            name=CLUSTER, defaults={"scheduler": "slurm", "api_url": slurm_cluster.conf, "max_out_share": 0.5}
+        )
         self.shared = Path(tempfile.mkdtemp(prefix="fleetops-loop-"))  # the nodes' shared file system
         self.shared.chmod(0o755)
         self.web = Gunicorn(tmp_path, _database_env())
-        self.agents = Agents(tmp_path, self.web.url)
-        self.scheduler = make_token("loop-prolog", ["events:write"], role="scheduler")
-        self.trainer = make_token("loop-trainer", ["events:write"], role="trainer")
-        self.reader = make_token("loop-reader", ["read"], role="scheduler")
+        self.agents = Agents(tmp_path, self.web.url, suffix=self.shared.name)
+        self.scheduler = make_token(f"loop-prolog-{self.shared.name}", ["events:write"], role="scheduler")
+        self.trainer = make_token(f"loop-trainer-{self.shared.name}", ["events:write"], role="trainer")
+        self.reader = make_token(f"loop-reader-{self.shared.name}", ["read"], role="scheduler")
         self.jobs: list[str] = []
         self.bad = self.spare = None
 
@@ -136,6 +138,41 @@ exec srun {sys.executable} {ROOT}/tests/client/trainer.py --job-log $LOG --pid-d
         self.jobs.append(job_id.strip().split(";")[0])
         return self.jobs[-1]
 
+    def fail_a_gpu_mid_interval(self, run_name: str) -> tuple[Run, float]:
+        """Start the loop's job; once it has two durable checkpoints and is half an interval past the last, a GPU of
+        its second node falls off the bus: the agent sees Xid 79 and the job's ranks there die with it (the others
+        wait in their all-reduce, as a job whose peer is gone does, until the scheduler ends them). The run and the
+        fault's moment (the injection's own stamp)."""
+        self.submit(run_name, "--steps", "100000", "--step-seconds", "0.1", "--batch", "256", "--checkpoint-every=10")
+        durable = Checkpoint.objects.filter(run__name=run_name, status="completed", tier="durable")
+        wait_for(lambda: durable.count() >= 2, timeout=180, what="two durable checkpoints")
+        run = Run.objects.get(name=run_name)
+        last = durable.order_by("-step").first()
+        wait_for(lambda: Run.objects.get(pk=run.pk).last_step >= last.step + 5, timeout=60, what="five more steps")
+        self.bad = sorted(run.attempts.get().nodes.values_list("hostname", flat=True))[1]  # rank 0 runs on the first
+        fault_at = self.agents.inject(self.bad, gpu=1, xid=79)
+        for pid_file in (self.shared / "pids").glob(f"{self.bad}.*.pid"):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        return run, fault_at
+
+    def recovered(self, run: Run) -> tuple[PlaybookExecution, Interruption]:
+        """FleetOps' drain-and-replace, succeeded, and the interruption once the job trains again (five new steps)."""
+        execution = wait_for(
+            lambda: PlaybookExecution.objects.filter(run=run, status__in=("succeeded", "failed")).first(),
+            timeout=120,
+            what="FleetOps' drain-and-replace to finish",
+        )
+        assert execution.status == "succeeded", execution.error
+        self.spare = execution.steps.get(name="pick spare").output["spare"]
+        interruption = wait_for(
+            lambda: Interruption.objects.filter(run=run, resumed_at__isnull=False).first(),
+            timeout=120,
+            what="the job to train again from its checkpoint",
+        )
+        steps_since = Event.objects.filter(run_name=run.name, type="run.step", time__gt=interruption.resumed_at)
+        wait_for(lambda: steps_since.count() >= 5, timeout=60, what="five steps after the restore")
+        return execution, interruption
+
     def log(self, run: str) -> list[dict]:
         path = self.shared / f"{run}.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -171,41 +208,9 @@ def harness(slurm_cluster, worker, tmp_path):
 
 
 def test_a_gpu_falls_off_the_bus_and_the_job_trains_again_on_a_spare_from_its_last_checkpoint(harness):
-    harness.submit(RUN, "--steps", "100000", "--step-seconds", "0.1", "--batch", "256", "--checkpoint-every", "10")
-    # Training, with two durable checkpoints behind it.
-    wait_for(
-        lambda: Checkpoint.objects.filter(run__name=RUN, status="completed", tier="durable").count() >= 2,
-        timeout=180,
-        what="two durable checkpoints",
-    )
-    run = Run.objects.get(name=RUN)
-    durable = Checkpoint.objects.filter(run=run, status="completed", tier="durable").order_by("-step").first()
-    # Half an interval past it, so the fault rewinds work that the checkpoint does not hold.
-    wait_for(lambda: Run.objects.get(pk=run.pk).last_step >= durable.step + 5, timeout=60, what="five more steps")
-    bad = harness.bad = sorted(run.attempts.get().nodes.values_list("hostname", flat=True))[1]  # rank 0: the first
-    # The GPU falls off the bus: the agent sees Xid 79, and the job's ranks on that node die with it (the others
-    # wait in their all-reduce, as a job whose peer is gone does, until the scheduler ends them).
-    fault_at = harness.agents.inject(bad, gpu=1, xid=79)
-    for pid_file in (harness.shared / "pids").glob(f"{bad}.*.pid"):
-        os.kill(int(pid_file.read_text()), signal.SIGKILL)
-
-    execution = wait_for(
-        lambda: PlaybookExecution.objects.filter(run=run, status__in=("succeeded", "failed")).first(),
-        timeout=120,
-        what="FleetOps' drain-and-replace to finish",
-    )
-    assert execution.status == "succeeded", execution.error
-    spare = harness.spare = execution.steps.get(name="pick spare").output["spare"]
-    interruption = wait_for(
-        lambda: Interruption.objects.filter(run=run, resumed_at__isnull=False).first(),
-        timeout=120,
-        what="the job to train again from its checkpoint",
-    )
-    wait_for(
-        lambda: Run.objects.get(pk=run.pk).last_step > interruption.resumed_from_step + 5,
-        timeout=60,
-        what="steps after the restore",
-    )
+    run, fault_at = harness.fail_a_gpu_mid_interval(RUN)
+    execution, interruption = harness.recovered(run)
+    bad, spare = harness.bad, harness.spare
     incident = wait_for(
         lambda: Incident.objects.filter(run=run, status="mitigated").first(),
         timeout=60,
