@@ -96,10 +96,13 @@ def _attempt_ends(execution, job: str) -> None:
     run, incident = execution.run, execution.incident
     if run is None or run.state != run.State.RUNNING:
         return
-    attempt = run.attempts.order_by("-number").first()
-    fault = incident.started_at if incident else timezone.now()
+    attempt, now = run.attempts.order_by("-number").first(), timezone.now()
+    fault = incident.started_at if incident else now
     fault = max(fault, attempt.started_at + timedelta(microseconds=1)) if attempt else fault
-    detected = max(incident.detected_at if incident else fault, fault)
+    # Never after now: the requeue ends the attempt now at the latest. A fault stamped ahead by a fast clock would
+    # otherwise come after the scheduler's restart and end the new attempt instead.
+    fault = min(fault, now)
+    detected = min(max(incident.detected_at if incident else fault, fault), now)
     data = {
         "run": run.name,
         "reason": f"FleetOps requeues job {job} off {execution.node.hostname}"
