@@ -61,7 +61,8 @@ class CheckpointWrite:
 class Client:
     def __init__(self, config: Config, *, transport=None, start: bool = True):
         self.config = config
-        self._lock = threading.Lock()
+        # Re-entrant: the SIGTERM handler runs on the training thread, perhaps inside _record or _sample.
+        self._lock = threading.RLock()
         self._records: deque = deque()
         self._samples: deque = deque()
         self.dropped_samples = 0
@@ -83,8 +84,9 @@ class Client:
             return
         self.spool = Spool(config.spool_path, max_bytes=config.spool_max_mb * 1024 * 1024)
         transport = transport or HttpTransport(config.url, config.token or "", timeout=config.timeout_s)
-        self.sender = Sender(self.spool, transport, batch_size=config.batch)
-        self._spool_lock = threading.Lock()  # the spool is the sender thread's, and the SIGTERM handler's
+        # The spool is the sender thread's and the SIGTERM handler's: held for disk reads and writes, never a POST.
+        self._spool_lock = threading.Lock()
+        self.sender = Sender(self.spool, transport, batch_size=config.batch, lock=self._spool_lock)
         if start:
             self._thread = threading.Thread(target=self._loop, name="fleetops-client", daemon=True)
             self._thread.start()
@@ -101,12 +103,13 @@ class Client:
             return
 
         def spool_then_die(signum, frame):
-            events = self._take()
-            if events and self._spool_lock.acquire(timeout=3):
+            if self._spool_lock.acquire(timeout=3):  # the sender holds it for a disk write at most
                 try:
-                    self.spool.extend(events)
+                    self._spool_queued()
                 finally:
                     self._spool_lock.release()
+            else:
+                log.error("FleetOps client: the spool stayed busy; %d queued events lost", self._queued())
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
 
@@ -218,7 +221,8 @@ class Client:
         """Time the write of ``step``: training is blocked for the body. An exception reports the write failed.
 
         For an asynchronous save, hand its future to ``write.durable_when(future)``: the blocking is the body (the
-        copy to host memory), and the write is reported completed, durable at that moment, when the future is done.
+        copy to host memory), and the write is reported completed when the future is done (durable then, for the durable
+        tier).
         """
         write = CheckpointWrite(step, tier, bytes)
         started, started_m = time.time(), time.monotonic()
@@ -238,7 +242,7 @@ class Client:
             if error is not None:
                 self.checkpoint_failed(step, f"{type(error).__name__}: {error}")
             else:
-                self.checkpoint_completed(step, blocking_s=blocking, bytes=write.bytes, tier="durable")
+                self.checkpoint_completed(step, blocking_s=blocking, bytes=write.bytes, tier=write.tier)
 
         write.future.add_done_callback(done)
 
@@ -257,7 +261,11 @@ class Client:
     # -- queues ---------------------------------------------------------------------------------------------------
 
     def _record(self, kind: str, key: str, data: dict, *, at: float | None = None) -> None:
-        if not self.config.enabled or self._closed:
+        if not self.config.enabled:
+            return
+        if self._closed:  # a checkpoint's future finishing after close(), say
+            self.lost_records += 1
+            log.error("FleetOps client closed: %s %s not sent (%d lost)", kind, key, self.lost_records)
             return
         with self._lock:
             if len(self._records) >= self.config.records_max:
@@ -294,22 +302,27 @@ class Client:
             for kind, key, at, data in queued
         ]
 
+    def _spool_queued(self) -> None:
+        """Move what is queued to the spool (the caller holds the spool lock)."""
+        events = self._take()
+        if events:
+            self.spool.extend(events)
+
+    def _queued(self) -> int:
+        with self._lock:
+            return len(self._records) + len(self._samples)
+
     # -- the sender thread ----------------------------------------------------------------------------------------
 
     def _pump(self, *, deadline: float | None = None) -> bool:
         """Spool what is queued, then send until the spool is empty or the API is unavailable. True when idle."""
-        events = self._take()
-        if events:
-            with self._spool_lock:
-                self.spool.extend(events)
+        with self._spool_lock:  # taken and spooled in one hold: a SIGTERM in between finds them on disk
+            self._spool_queued()
         now = time.monotonic()
         if self._unavailable_since is not None and now < self._retry_at and deadline is None:
             return False
         try:
-            while True:
-                with self._spool_lock:
-                    if not self.sender.send_once():
-                        break
+            while self.sender.send_once():
                 if deadline is not None and time.monotonic() > deadline:
                     return False
         except RetryableError as exc:
@@ -341,6 +354,7 @@ class Client:
         if not self.config.enabled:
             return True
         deadline = time.monotonic() + timeout
+        self._retry_at = 0.0  # asked to send now: not after the back-off of earlier failures
         if self._thread is None or not self._thread.is_alive():
             self._unavailable_since = None
             return self._pump(deadline=deadline)
@@ -366,6 +380,11 @@ class Client:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=max(1.0, self.config.flush_s))
+        if self.config.enabled:
+            with self._spool_lock:  # queued while the last send was in flight: kept for the next process
+                queued = self._queued()
+                self._spool_queued()
+            sent = sent and not queued
         return sent
 
     def stats(self) -> dict:

@@ -35,10 +35,11 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         raise ValueError(f"{name} must be a number, got {raw!r}") from None
 
 
-def run_name(env: Mapping[str, str]) -> str:
+def run_name(env: Mapping[str, str], default: str | None = None) -> str:
     raw = env.get("FLEETOPS_RUN") or env.get("SLURM_JOB_NAME")
     if not raw and env.get("SLURM_JOB_ID"):
         raw = f"slurm-{env['SLURM_JOB_ID']}"
+    raw = raw or default
     if not raw:
         raise ValueError("name the run: FLEETOPS_RUN (or run under Slurm, whose job name is used)")
     return _UNSAFE.sub("-", raw)[:200]
@@ -61,16 +62,21 @@ def _distributed() -> tuple[int, int] | None:
 def incarnation(env: Mapping[str, str]) -> str:
     """One attempt of the job: what makes a step run again after a requeue a new event, not a duplicate.
 
-    Slurm's job id and restart count (and torchelastic's restart count) when there; else a random one per process.
+    Slurm's job id and restart count, or torchelastic's run id (when it names one: a plain `torchrun` says "none"),
+    each with torchelastic's restart count when there; else a random one per process, so that the same run launched
+    again by hand is never taken for a resend of the last launch.
     """
     if env.get("FLEETOPS_INCARNATION"):
         return _UNSAFE.sub("-", env["FLEETOPS_INCARNATION"])
-    parts = []
     if env.get("SLURM_JOB_ID"):
-        parts += [env["SLURM_JOB_ID"], env.get("SLURM_RESTART_COUNT") or "0"]
+        parts = [env["SLURM_JOB_ID"], env.get("SLURM_RESTART_COUNT") or "0"]
+    elif env.get("TORCHELASTIC_RUN_ID", "none") != "none":
+        parts = [env["TORCHELASTIC_RUN_ID"]]
+    else:
+        parts = [uuid.uuid4().hex[:12]]
     if env.get("TORCHELASTIC_RESTART_COUNT"):
         parts += [f"e{env['TORCHELASTIC_RESTART_COUNT']}"]
-    return _UNSAFE.sub("-", ".".join(parts)) if parts else uuid.uuid4().hex[:12]
+    return _UNSAFE.sub("-", ".".join(parts))
 
 
 @dataclass
@@ -113,10 +119,12 @@ class Config:
         rank, world = dist if dist else (_int(env, "RANK", _int(env, "SLURM_PROCID", 0)), 0)
         if not world:
             world = _int(env, "WORLD_SIZE", _int(env, "SLURM_NTASKS", 1))
+        url = env.get("FLEETOPS_URL") or None
         values = dict(
-            url=env.get("FLEETOPS_URL") or None,
+            url=url,
             token=env.get("FLEETOPS_TOKEN") or None,
-            run=run_name(env),
+            # Without a URL nothing is sent, so nothing needs a name: training goes on unreported, never stopped.
+            run=run_name(env) if url or overrides.get("url") else run_name(env, default="unreported"),
             rank=rank,
             world_size=world,
             node=env.get("FLEETOPS_NODE") or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0],

@@ -12,6 +12,7 @@ Event ids are fixed when an event is spooled, so a batch resent after a crash is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
@@ -116,8 +117,11 @@ class Stats:
 
 
 class Sender:
-    def __init__(self, spool: Spool, transport, *, batch_size: int = 500, backoff: Backoff | None = None):
+    def __init__(self, spool: Spool, transport, *, batch_size: int = 500, backoff: Backoff | None = None, lock=None):
         self.spool = spool
+        # Held around each read and write of the spool, never around a POST: the training client's SIGTERM handler
+        # spools its queue under it, and must not wait out an HTTP timeout.
+        self.lock = lock or contextlib.nullcontext()
         self.transport = transport
         self.batch_size = batch_size
         self.backoff = backoff or Backoff()
@@ -128,7 +132,8 @@ class Sender:
 
         Raises RetryableError when the API could not take it; the batch stays spooled.
         """
-        records = self.spool.pending(self.batch_size)
+        with self.lock:
+            records = self.spool.pending(self.batch_size)
         if not records:
             return False
         self._send(records)
@@ -142,7 +147,7 @@ class Sender:
                 body = response.body if isinstance(response.body, dict) else {}
                 self.stats.delivered += body.get("accepted", len(records)) if response.status == 202 else 0
                 self.stats.duplicates += body.get("duplicates", 0)
-                self.spool.mark_delivered(records[-1].seq)
+                self._delivered(records[-1].seq)
                 return
             if response.status == 413 and len(records) > 1:
                 half = len(records) // 2
@@ -160,12 +165,16 @@ class Sender:
                         self._send_in_order(keep, records[-1].seq)
                     return
             self._drop(records, f"HTTP {response.status}: {_short(response.body)}")
-            self.spool.mark_delivered(records[-1].seq)
+            self._delivered(records[-1].seq)
             return
 
     def _send_in_order(self, keep: list[Record], last_seq: int) -> None:
         self._send(keep)
-        self.spool.mark_delivered(last_seq)
+        self._delivered(last_seq)
+
+    def _delivered(self, seq: int) -> None:
+        with self.lock:
+            self.spool.mark_delivered(seq)
 
     def _drop(self, records: list[Record], reason: str) -> None:
         self.stats.rejected += len(records)

@@ -1,10 +1,10 @@
 """A Hugging Face Transformers callback: ``Trainer(..., callbacks=[FleetOpsCallback()])``, training code unchanged.
 
 It reports each optimizer step (``state.global_step``), each checkpoint the Trainer saves (the Trainer calls no hook
-before a save: training is blocked from the end of the step that asked for it, ``control.should_save``, to
-``on_save``, an evaluation in between left out), the restore when ``train`` resumes from a checkpoint (its global
-step at the start of training), and the run completed when ``train`` ends. Transformers gives a callback no hook
-before its all-reduce, so no gradient norms are sent from here.
+before a save: training is blocked from the last callback before it, the end of the step or epoch or the evaluation
+that asked for it, to ``on_save``; an evaluation in between is left out), the restore when ``train`` resumes from a
+checkpoint (its global step at the start of training), and the run completed when ``train`` ends. Transformers gives
+a callback no hook before its all-reduce, so no gradient norms are sent from here.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _size(path: str) -> int:
 class FleetOpsCallback(TrainerCallback):
     def __init__(self, client: Client | None = None):
         self.client = client
-        self._save_from: tuple[float, float] | None = None  # (wall, monotonic) the save's blocking began
+        self._save_from: tuple[float, float] | None = None  # (wall, monotonic) of the last callback before a save
 
     def on_train_begin(self, args, state, control, **kwargs):
         if self.client is None:
@@ -38,11 +38,16 @@ class FleetOpsCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.client.step(state.global_step)
-        self._save_from = (time.time(), time.monotonic()) if control.should_save else None
+        self._mark()
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        self._mark()  # an "epoch" save strategy saves after this
 
     def on_evaluate(self, args, state, control, **kwargs):
-        if self._save_from is not None:  # the evaluation ran first: the save blocks from here
-            self._save_from = (time.time(), time.monotonic())
+        self._mark()  # an evaluation ran first ("best" saves after it): the save blocks from here
+
+    def _mark(self) -> None:
+        self._save_from = (time.time(), time.monotonic())
 
     def on_save(self, args, state, control, **kwargs):
         if self._save_from is None:

@@ -255,8 +255,9 @@ def incident_board_get(*, first: int, size: int, now: datetime, **filters) -> Bo
         return (not needs(i), _acknowledged(i), -burn(i), i.severity, -i.started_at.timestamp(), -i.pk)
 
     opened.sort(key=order)
-    shown = {i.pk: i for i in rows.filter(pk__in=[i.pk for i in opened[first : first + size]])}
-    page = [shown[i.pk] for i in opened[first : first + size]]
+    # By id alone, not the filters again: one resolved between the two reads is still on this page, as read.
+    shown = {i.pk: i for i in incidents_list().filter(pk__in=[i.pk for i in opened[first : first + size]])}
+    page = [shown[i.pk] for i in opened[first : first + size] if i.pk in shown]
     impacts = _impacts(page, now, live)
     closed_total = 0 if filters.get("open_only") else rows.exclude(status__in=Incident.OPEN).count()
     if len(page) < size and closed_total:

@@ -3,7 +3,6 @@ found or did (the step's output). A step whose worker died is run again as it is
 """
 
 import time
-from datetime import timedelta
 
 from django.utils import timezone
 
@@ -13,7 +12,7 @@ from incidents.models import PlaybookExecution, StepExecution
 from incidents.playbooks import breaker
 from incidents.playbooks.clusters import adapter_for
 from incidents.playbooks.clusters.base import RefusedError, TransientError
-from runs.domain.cloudevents import SPECVERSION, format_time
+from runs.domain.cloudevents import SPECVERSION, format_time, parse_time
 from runs.services import own_events_ingest
 
 PLAYBOOK_SOURCE = "fleetops/playbook"
@@ -78,31 +77,44 @@ def _requeue_job(execution, step, spec) -> dict:
         # Written down before the requeue: a worker that dies after requeueing leaves this behind, and the
         # retry then finds the job restarted already instead of requeueing it a second time.
         seen = adapter.job_status(job).restart_count
-        _attempt_ends(execution, job)
-        step.output = {"seen_restart_count": seen}
+        # And which attempt the requeue will end, if nobody said it failed: its run.failed is written once the
+        # requeue is done (a refused requeue ends nothing), also by a retry that finds it done already.
+        running = execution.run is not None and execution.run.state == execution.run.State.RUNNING
+        attempt = execution.run.attempts.order_by("-number").first() if running else None
+        step.output = {
+            "seen_restart_count": seen,
+            "ends_attempt": attempt.number if attempt else None,
+            "requeued_at": format_time(timezone.now(), "microseconds"),  # at the latest: the call comes next
+        }
         StepExecution.objects.filter(pk=step.pk).update(output=step.output)
     outcome = adapter.requeue_job(
         job, seen_restart_count=seen, exclude=[execution.node.hostname], onto=_spare(execution)
     )
-    return {"summary": outcome.summary, "job": job, "seen_restart_count": seen, "changed": outcome.changed}
+    if step.output.get("ends_attempt") is not None:
+        _attempt_ended(execution, job, step.output["ends_attempt"], parse_time(step.output["requeued_at"]))
+    return {
+        "summary": outcome.summary,
+        "job": job,
+        "seen_restart_count": seen,
+        "ends_attempt": step.output.get("ends_attempt"),
+        "requeued_at": step.output.get("requeued_at"),
+        "changed": outcome.changed,
+    }
 
 
-def _attempt_ends(execution, job: str) -> None:
-    """The requeue ends the run's attempt: written back first as run.failed at the fault, detected when FleetOps
-    noticed, so the run's record has the interruption its goodput stages are timed from, whether or not the scheduler
-    or the job reports the failure too (a second report fills in what this one lacks: docs/EVENTS.md). Nothing is
-    written when the run already stopped (its own report stands), and never before the attempt began. Once per
-    step: a retry after the requeue finds the step's output and does not come here."""
+def _attempt_ended(execution, job: str, number: int, requeued_at) -> None:
+    """The requeue ended attempt `number` of the run, which nobody had said failed: written back as run.failed at the
+    fault, detected when FleetOps noticed, so the run's record has the interruption its goodput stages are timed from
+    (a report the scheduler or the job sends too is a second report of it: docs/EVENTS.md). Its time lies within the
+    attempt: not before it began (a fault of an earlier attempt's incident: then the requeue's moment) and not after
+    the requeue (a fault stamped ahead by a fast clock would come after the restart and end the new attempt). The id
+    is the execution's, so a retry writes nothing twice."""
     run, incident = execution.run, execution.incident
-    if run is None or run.state != run.State.RUNNING:
-        return
-    attempt, now = run.attempts.order_by("-number").first(), timezone.now()
-    fault = incident.started_at if incident else now
-    fault = max(fault, attempt.started_at + timedelta(microseconds=1)) if attempt else fault
-    # Never after now: the requeue ends the attempt now at the latest. A fault stamped ahead by a fast clock would
-    # otherwise come after the scheduler's restart and end the new attempt instead.
-    fault = min(fault, now)
-    detected = min(max(incident.detected_at if incident else fault, fault), now)
+    attempt = run.attempts.filter(number=number).first()
+    fault = min(incident.started_at if incident else requeued_at, requeued_at)
+    if attempt is not None and fault <= attempt.started_at:
+        fault = requeued_at
+    detected = min(max(incident.detected_at if incident else fault, fault), requeued_at)
     data = {
         "run": run.name,
         "reason": f"FleetOps requeues job {job} off {execution.node.hostname}"

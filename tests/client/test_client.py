@@ -255,3 +255,26 @@ def test_a_job_killed_by_its_scheduler_spools_what_it_had_queued_before_it_dies(
     assert done.returncode == -signal.SIGTERM, done.stderr
     spooled = [r.event["id"] for r in Spool(tmp_path / "killed.rank-0").pending()]
     assert spooled == ["killed:1.0:restored:10", "killed:1.0:step:11"]
+
+
+def test_a_plain_torchrun_launch_is_its_own_attempt_and_no_url_needs_no_run_name():
+    assert incarnation({}) != incarnation({})  # launched again by hand: never taken for a resend of the last launch
+    assert incarnation({"TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_RESTART_COUNT": "0"}).endswith(".e0")
+    assert incarnation({"TORCHELASTIC_RUN_ID": "job-7", "TORCHELASTIC_RESTART_COUNT": "2"}) == "job-7.e2"
+    quiet = Config.from_env({})  # no FLEETOPS_URL, no run: training goes on unreported
+    assert not quiet.enabled and quiet.run == "unreported"
+
+
+def test_close_keeps_in_the_spool_what_was_queued_behind_a_post_in_flight(tmp_path):
+    transport = Transport()
+    client = Client(config(tmp_path), transport=transport)
+    transport.hang.set()
+    client.restored(1)
+    time.sleep(0.2)  # the sender thread is in its POST now
+    client.completed()
+    assert not client.close(timeout=0.3)
+    transport.hang.clear()
+    spooled = [r.event["type"] for r in client.spool.pending()]
+    assert spooled == ["run.restored", "run.completed"]
+    client.checkpoint_completed(2, blocking_s=1.0)  # after close: counted, not silently gone
+    assert client.stats()["lost_records"] == 1
