@@ -19,20 +19,14 @@ from dataclasses import dataclass, field
 _UNSAFE = re.compile(r"[^A-Za-z0-9._:-]")
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
+def _number(env: Mapping[str, str], name: str, default, kind=int):
+    """The setting `name` as an int (or `kind`), `default` when unset; a clear error naming it when it is not one."""
     raw = env.get(name, "")
     try:
-        return int(raw) if raw.strip() else default
+        return kind(raw) if raw.strip() else default
     except ValueError:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
-
-
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "")
-    try:
-        return float(raw) if raw.strip() else default
-    except ValueError:
-        raise ValueError(f"{name} must be a number, got {raw!r}") from None
+        what = "an integer" if kind is int else "a number"
+        raise ValueError(f"{name} must be {what}, got {raw!r}") from None
 
 
 def run_name(env: Mapping[str, str], default: str | None = None) -> str:
@@ -116,9 +110,9 @@ class Config:
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> Config:
         env = os.environ if env is None else env
         dist = _distributed()
-        rank, world = dist if dist else (_int(env, "RANK", _int(env, "SLURM_PROCID", 0)), 0)
+        rank, world = dist if dist else (_number(env, "RANK", _number(env, "SLURM_PROCID", 0)), 0)
         if not world:
-            world = _int(env, "WORLD_SIZE", _int(env, "SLURM_NTASKS", 1))
+            world = _number(env, "WORLD_SIZE", _number(env, "SLURM_NTASKS", 1))
         url = env.get("FLEETOPS_URL") or None
         values = dict(
             url=url,
@@ -131,12 +125,12 @@ class Config:
             cluster=env.get("FLEETOPS_CLUSTER") or env.get("SLURM_CLUSTER_NAME") or None,
             incarnation=incarnation(env),
             spool_dir=env.get("FLEETOPS_SPOOL_DIR") or os.path.join(tempfile.gettempdir(), "fleetops-client"),
-            spool_max_mb=_int(env, "FLEETOPS_SPOOL_MAX_MB", 64),
-            samples_max=_int(env, "FLEETOPS_SAMPLES_MAX", 10_000),
-            flush_s=_float(env, "FLEETOPS_FLUSH_S", 1.0),
-            step_every_s=_float(env, "FLEETOPS_STEP_EVERY_S", 1.0),
-            sample_every_s=_float(env, "FLEETOPS_SAMPLE_EVERY_S", 10.0),
-            grad_norm_every=_int(env, "FLEETOPS_GRAD_NORM_EVERY", 10),
+            spool_max_mb=_number(env, "FLEETOPS_SPOOL_MAX_MB", 64),
+            samples_max=_number(env, "FLEETOPS_SAMPLES_MAX", 10_000),
+            flush_s=_number(env, "FLEETOPS_FLUSH_S", 1.0, float),
+            step_every_s=_number(env, "FLEETOPS_STEP_EVERY_S", 1.0, float),
+            sample_every_s=_number(env, "FLEETOPS_SAMPLE_EVERY_S", 10.0, float),
+            grad_norm_every=_number(env, "FLEETOPS_GRAD_NORM_EVERY", 10),
         )
         values.update(overrides)
         config = cls(**values)

@@ -27,14 +27,19 @@ def postgres():
     require(connection.vendor == "postgresql", "PostgreSQL (DATABASE_URL=postgres://...)")
 
 
+def session_database_url() -> str:
+    """The database this test session uses, for the servers and workers a test starts as processes of their own."""
+    db = connection.settings_dict
+    return f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
 class Worker:
     """A real `celery worker` process on Redis, pointed at the test database; its output kept in `lines`."""
 
     def __init__(self, queues: str = "", **settings_env: str):
-        db = connection.settings_dict
         env = {
             **os.environ,
-            "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
+            "DATABASE_URL": session_database_url(),
             "CELERY_TASK_ALWAYS_EAGER": "false",
             "PYTHONUNBUFFERED": "1",
             **settings_env,  # the worker's own settings come from its environment, not from the test's overrides

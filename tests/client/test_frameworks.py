@@ -25,6 +25,14 @@ def _steps(run: str) -> list[int]:
     return sorted(Event.objects.filter(run_name=run, type="run.step").values_list("data__step", flat=True))
 
 
+def _assert_trained_twenty_steps(run: str) -> None:
+    """Every step of a 20-step fit, and its two checkpoints (every 10 steps) completed, timed and sized."""
+    assert _steps(run) == list(range(1, 21))
+    written = Checkpoint.objects.filter(run__name=run, status="completed").order_by("step")
+    assert [(c.step, c.tier) for c in written] == [(10, "durable"), (20, "durable")]
+    assert all(c.blocking_s > 0 and c.bytes > 0 for c in written)
+
+
 def test_lightning_reports_steps_checkpoints_the_restore_and_the_end(live_server, tmp_path):
     require(importlib.util.find_spec("lightning") is not None, "PyTorch Lightning (make test installs it)")
     import lightning
@@ -64,10 +72,7 @@ def test_lightning_reports_steps_checkpoints_the_restore_and_the_end(live_server
         assert client.close(timeout=30)
 
     fit(20, None)
-    assert _steps("lightning-run") == list(range(1, 21))
-    written = Checkpoint.objects.filter(run__name="lightning-run", status="completed").order_by("step")
-    assert [(c.step, c.tier) for c in written] == [(10, "durable"), (20, "durable")]
-    assert all(c.blocking_s > 0 and c.bytes > 0 for c in written)
+    _assert_trained_twenty_steps("lightning-run")
     assert Event.objects.filter(run_name="lightning-run", type="run.completed").count() == 1
 
     fit(30, str(tmp_path / "ckpt" / "step=20.ckpt"))
@@ -114,10 +119,7 @@ def test_transformers_reports_steps_checkpoints_the_restore_and_the_end(live_ser
         assert client.close(timeout=30)
 
     train(20, False)
-    assert _steps("hf-run") == list(range(1, 21))
-    written = Checkpoint.objects.filter(run__name="hf-run", status="completed").order_by("step")
-    assert [(c.step, c.tier) for c in written] == [(10, "durable"), (20, "durable")]
-    assert all(c.blocking_s > 0 and c.bytes > 0 for c in written)
+    _assert_trained_twenty_steps("hf-run")
 
     train(30, True)
     assert Event.objects.get(run_name="hf-run", type="run.restored").data["from_step"] == 20

@@ -32,7 +32,7 @@ from incidents.detection.services import sdc_detect, stragglers_detect
 from incidents.models import Alert, Incident, PlaybookExecution
 from runs.models import Checkpoint, Cluster, Event, Interruption, Run
 from tests.conftest import make_token, require
-from tests.services import Gunicorn, free_ports, wait_for
+from tests.services import Gunicorn, free_ports, session_database_url, wait_for
 from tests.slurm import put_back
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
@@ -45,11 +45,7 @@ TOLERANCE_S = 2.0
 
 
 def _database_env() -> dict[str, str]:
-    from django.db import connection
-
-    db = connection.settings_dict
-    url = f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
-    return {"DATABASE_URL": url, "CELERY_TASK_ALWAYS_EAGER": "false", "PYTHONUNBUFFERED": "1"}
+    return {"DATABASE_URL": session_database_url(), "CELERY_TASK_ALWAYS_EAGER": "false", "PYTHONUNBUFFERED": "1"}
 
 
 class Agents:
