@@ -1,7 +1,8 @@
 """Plotly figures as plain dicts (data + layout), built from the domain's results and tested as data.
 
 The browser draws them with plotly.js served from our own static files (static/js/charts.js).
-Durations on axes are hours or minutes, as each axis title says.
+Durations on axes are hours or minutes, as each axis title says. Numbers read as the pages write them
+(fleet_tags.number): thousands separators, trailing zeros dropped (d3-format ",.1~f" in hover labels).
 """
 
 from datetime import date, datetime
@@ -28,16 +29,27 @@ LABELS = {
     "other": "other",
 }
 _BASE_LAYOUT = {
+    # No width anywhere: autosize takes the container's, and plotly.js's responsive config (static/js/charts.js)
+    # follows it when the card resizes.
+    "autosize": True,
     "margin": {"l": 60, "r": 20, "t": 10, "b": 40},
     "paper_bgcolor": "rgba(0,0,0,0)",
     "plot_bgcolor": "rgba(0,0,0,0)",
     "font": {"family": "system-ui, sans-serif", "size": 12},
-    "legend": {"orientation": "h", "y": -0.25},
+    # Above the plot: below it, a legend and the x axis's labels and title compete for the same pixels.
+    "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": 1.02, "yanchor": "bottom"},
 }
+# Every axis: tick labels and titles widen the margins they need, on every side (a last tick label is not cut at
+# the figure's edge), and numbers read 45,000 (not 45000, nor plotly's 45k).
+_AXIS = {"automargin": True, "separatethousands": True, "exponentformat": "none"}
 
 
 def _layout(**extra) -> dict:
-    return {**_BASE_LAYOUT, **extra}
+    """The shared layout with `extra` over it; each axis given keeps _AXIS's settings unless it names its own."""
+    layout = {**_BASE_LAYOUT, **extra}
+    for axis in ("xaxis", "yaxis"):
+        layout[axis] = {**_AXIS, **layout.get(axis, {})}
+    return layout
 
 
 def goodput_bar(total: goodput.Breakdown) -> dict:
@@ -51,7 +63,7 @@ def goodput_bar(total: goodput.Breakdown) -> dict:
             "y": ["time"],
             "x": [round(seconds / 3600, 4)],
             "marker": {"color": COLORS[name]},
-            "hovertemplate": f"{LABELS[name]}: %{{x:.2f}} h<extra></extra>",
+            "hovertemplate": f"{LABELS[name]}: %{{x:,.2~f}} h<extra></extra>",
         }
         for name, seconds in parts.items()
         if seconds > 0
@@ -97,7 +109,9 @@ def run_timeline(
                 "x": [(end - start).total_seconds() * 1000 for start, end in spans],
                 "marker": {"color": COLORS[stage]},
                 "customdata": [round((end - start).total_seconds() / 60, 1) for start, end in spans],
-                "hovertemplate": f"{LABELS[stage]}: %{{customdata}} min from %{{base|%Y-%m-%d %H:%M}}<extra></extra>",
+                "hovertemplate": (
+                    f"{LABELS[stage]}: %{{customdata:,.1~f}} min from %{{base|%Y-%m-%d %H:%M}}<extra></extra>"
+                ),
             }
         )
     if faults:
@@ -138,28 +152,27 @@ def advisor_curve(advice: advisor.Advice) -> dict:
             "x": taus,
             "y": [w * 100 for _, w in advice.curve],
             "line": {"color": COLORS["checkpoint"]},
-            "hovertemplate": "τ = %{x:.1f} min: %{y:.2f}%<extra></extra>",
+            "hovertemplate": "τ = %{x:,.1~f} min: %{y:,.2~f}%<extra></extra>",
         }
     ]
-    # Young and Daly often sit close together: one is labelled below its point, the other above.
+    # Named in the legend, not beside their points: Young, Daly and the current interval often sit close together
+    # (or on one point), and labels on the plot then print over each other whatever their positions.
     marks = [
-        ("Young", advice.young_s, advice.waste_at_young, "#2da44e", "bottom center"),
-        ("Daly", advice.daly_s, advice.waste_at_daly, "#8250df", "top center"),
+        ("Young", advice.young_s, advice.waste_at_young, "#2da44e", "circle"),
+        ("Daly", advice.daly_s, advice.waste_at_daly, "#8250df", "diamond"),
     ]
     if advice.current_s:
-        marks.append(("current", advice.current_s, advice.waste_at_current, "#cf222e", "top center"))
-    for name, tau, w, color, position in marks:
+        marks.append(("current", advice.current_s, advice.waste_at_current, "#cf222e", "x"))
+    for name, tau, w, color, symbol in marks:
         data.append(
             {
                 "type": "scatter",
-                "mode": "markers+text",
+                "mode": "markers",
                 "name": name,
                 "x": [tau / 60],
                 "y": [w * 100],
-                "text": [name],
-                "textposition": position,
-                "marker": {"size": 10, "color": color},
-                "hovertemplate": f"{name}: τ = %{{x:.1f}} min, waste %{{y:.2f}}%<extra></extra>",
+                "marker": {"size": 10, "color": color, "symbol": symbol},
+                "hovertemplate": f"{name}: τ = %{{x:,.1~f}} min, waste %{{y:,.2~f}}%<extra></extra>",
             }
         )
     floor_line = {
@@ -189,7 +202,7 @@ def advisor_curve(advice: advisor.Advice) -> dict:
                     "xanchor": "right",
                 }
             ],
-            showlegend=False,
+            showlegend=True,
         ),
     }
 
@@ -212,7 +225,7 @@ def daily_goodput(daily: list[tuple[date, goodput.Breakdown]]) -> dict:
                     "x": days,
                     "y": values,
                     "marker": {"color": COLORS[name]},
-                    "hovertemplate": f"%{{x}} {LABELS[name]}: %{{y:.1f}}%<extra></extra>",
+                    "hovertemplate": f"%{{x}} {LABELS[name]}: %{{y:,.1~f}}%<extra></extra>",
                 }
             )
     return {
@@ -230,7 +243,7 @@ def goodput_by_run(by_run: list[tuple[str, goodput.Breakdown]]) -> dict:
                 "x": names,
                 "y": [round(b.goodput * 100, 2) for _, b in by_run],
                 "marker": {"color": COLORS["productive"]},
-                "hovertemplate": "%{x}: %{y:.1f}%<extra></extra>",
+                "hovertemplate": "%{x}: %{y:,.1~f}%<extra></extra>",
             }
         ],
         "layout": _layout(height=280, yaxis={"title": {"text": "goodput (%)"}, "range": [0, 100]}),
@@ -248,7 +261,7 @@ def lost_by_cause(lost: dict[str, float]) -> dict:
                 "y": [cause_label(c) for c, _ in ranked],
                 "x": [round(h, 2) for _, h in ranked],
                 "marker": {"color": COLORS["detection"]},
-                "hovertemplate": "%{y}: %{x:.1f} GPU-h<extra></extra>",
+                "hovertemplate": "%{y}: %{x:,.1~f} GPU-h<extra></extra>",
             }
         ],
         "layout": _layout(

@@ -23,11 +23,14 @@ def fleet(request):
     days = form.cleaned_data["days"] if form.is_bound and form.is_valid() and form.cleaned_data["days"] else 30
     now = timezone.now()
     report = selectors.fleet_goodput_get(since=now - timedelta(days=days), until=now, now=now)
+    gpu_hours = report.total.gpu_hours()
     context = {
         "form": form,
         "days": days,
         "report": report,
-        "gpu_hours": report.total.gpu_hours(),
+        "gpu_hours": gpu_hours,
+        # Summed here, not with the template's `add`, which adds floats as ints (2.9 + 2.9 made 4).
+        "failures_lost_gpu_h": sum(gpu_hours[stage] for stage in ("detection", "rescheduling", "reload", "rewound")),
         "daily_figure": charts.daily_goodput(report.daily),
         "runs_figure": charts.goodput_by_run([(run.name, b) for run, b in report.by_run]),
         "causes_figure": charts.lost_by_cause(report.lost_by_cause),

@@ -13,6 +13,8 @@ from statistics import median
 import nh3
 from markdown_it import MarkdownIt
 
+from runs.domain.numbers import number_text
+
 SEVERITIES = ("SEV1", "SEV2", "SEV3", "SEV4")
 # Detection counts as slow when it took this many times the usual (the median of earlier incidents).
 SLOW_DETECTION_FACTOR = 1.5
@@ -174,7 +176,7 @@ def root_cause(interruptions: Iterable[InterruptionFact]) -> InterruptionFact | 
 
 
 def _min(minutes: float | None) -> str:
-    return "—" if minutes is None else f"{minutes:.1f}"
+    return number_text(minutes, 1)  # "—" for None
 
 
 def _time(moment: datetime | None) -> str:
@@ -193,9 +195,9 @@ def assessment(facts: PostmortemFacts) -> tuple[list[str], list[str]]:
     detect_s = max((m.detected_at - m.started_at).total_seconds(), 0.0)
     usual = facts.usual_detection_s
     if usual is not None and detect_s > SLOW_DETECTION_FACTOR * max(usual, 1.0):
-        bad.append(f"Detection took {detect_s / 60:.1f} min, slower than the usual {usual / 60:.1f} min.")
+        bad.append(f"Detection took {_min(detect_s / 60)} min, slower than the usual {_min(usual / 60)} min.")
     elif usual is not None:
-        good.append(f"Detected in {detect_s / 60:.1f} min (usual: {usual / 60:.1f} min).")
+        good.append(f"Detected in {_min(detect_s / 60)} min (usual: {_min(usual / 60)} min).")
     for playbook in facts.playbooks:
         if playbook.dry_run:
             continue
@@ -226,12 +228,12 @@ def assessment(facts: PostmortemFacts) -> tuple[list[str], list[str]]:
         ratio = current / advised
         if ratio >= CHECKPOINT_OFF_FACTOR or ratio <= 1 / CHECKPOINT_OFF_FACTOR:
             bad.append(
-                f"The checkpoint interval was {current / 60:.1f} min, far from the advised {advised / 60:.1f} min "
-                f"(x{ratio:.1f}): rewound work was {facts.rewound_min:.1f} min."
+                f"The checkpoint interval was {_min(current / 60)} min, far from the advised {_min(advised / 60)} min "
+                f"(x{number_text(ratio, 1)}): rewound work was {_min(facts.rewound_min)} min."
             )
         else:
             good.append(
-                f"The checkpoint interval ({current / 60:.1f} min) was close to the advised {advised / 60:.1f} min."
+                f"The checkpoint interval ({_min(current / 60)} min) was close to the advised {_min(advised / 60)} min."
             )
     return good, bad
 
@@ -251,7 +253,8 @@ def contributing_factors(facts: PostmortemFacts) -> list[str]:
             )
     storms = [a for a in facts.alerts if a.count >= 100]
     for alert in storms:
-        factors.append(f"An alert storm ({alert.kind}, {alert.count} occurrences) was folded into one alert.")
+        occurrences = number_text(alert.count)
+        factors.append(f"An alert storm ({alert.kind}, {occurrences} occurrences) was folded into one alert.")
     if len(facts.interruptions) > 1:
         factors.append(f"The run was interrupted {len(facts.interruptions)} times within the incident.")
     return factors
@@ -267,7 +270,7 @@ def suggested_actions(facts: PostmortemFacts) -> list[str]:
             actions.append(f"Decide whether {where} should be retired or RMA'd: it failed before.")
     _, bad = assessment(facts)
     if facts.checkpoint_interval_s and facts.advised_interval_s and any("checkpoint interval" in b for b in bad):
-        actions.append(f"Set the run's checkpoint interval near {facts.advised_interval_s / 60:.1f} min.")
+        actions.append(f"Set the run's checkpoint interval near {_min(facts.advised_interval_s / 60)} min.")
     if any("waited for approval" in b for b in bad):
         actions.append("Review whether the approval gate on this playbook step is still needed.")
     if any(b.startswith("Detection took") for b in bad):
@@ -293,15 +296,15 @@ def draft(facts: PostmortemFacts) -> str:
 
     lines += ["## Impact", ""]
     lines += [
-        f"- GPU-hours lost: {facts.gpu_hours_lost:.1f}",
-        f"- Goodput lost: {facts.goodput_lost * 100:.2f} % of the run's GPU-hours",
-        f"- Work rewound: {facts.rewound_min:.1f} min",
+        f"- GPU-hours lost: {number_text(facts.gpu_hours_lost, 1)}",
+        f"- Goodput lost: {number_text(facts.goodput_lost * 100, 2)} % of the run's GPU-hours",
+        f"- Work rewound: {_min(facts.rewound_min)} min",
         f"- Runs affected: {len(facts.runs_affected)}"
         + (f" ({', '.join(facts.runs_affected)})" if facts.runs_affected else ""),
-        f"- GPUs affected: {facts.gpus_affected}",
+        f"- GPUs affected: {number_text(facts.gpus_affected)}",
     ]
     if facts.severity_minutes:
-        at_each = ", ".join(f"{s} {minutes:.1f} min" for s, minutes in facts.severity_minutes.items())
+        at_each = ", ".join(f"{s} {_min(minutes)} min" for s, minutes in facts.severity_minutes.items())
         lines.append(f"- Minutes at each severity: {at_each}")
     lines.append("")
 

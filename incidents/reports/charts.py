@@ -19,7 +19,7 @@ def badput_by_stage(data: dict) -> dict:
                 "x": [charts.LABELS[row["stage"]] for row in rows],
                 "y": [round(row["gpu_h"], 3) for row in rows],
                 "marker": {"color": [charts.COLORS[row["stage"]] for row in rows]},
-                "hovertemplate": "%{x}: %{y:.2f} GPU-h<extra></extra>",
+                "hovertemplate": "%{x}: %{y:,.2~f} GPU-h<extra></extra>",
             }
         ],
         "layout": charts._layout(height=280, yaxis={"title": {"text": "GPU-hours lost"}}),
@@ -38,7 +38,7 @@ def causes_vs_llama3(data: dict) -> dict:
                 "x": labels,
                 "y": [round(100 * row["share"], 2) for row in rows],
                 "marker": {"color": charts.COLORS["detection"]},
-                "hovertemplate": "%{x}: %{y:.1f}%<extra>this window</extra>",
+                "hovertemplate": "%{x}: %{y:,.1~f}%<extra>this window</extra>",
             },
             {
                 "type": "bar",
@@ -46,15 +46,13 @@ def causes_vs_llama3(data: dict) -> dict:
                 "x": labels,
                 "y": [round(100 * row["llama3_share"], 2) for row in rows],
                 "marker": {"color": charts.COLORS["other"]},
-                "hovertemplate": "%{x}: %{y:.1f}%<extra>Llama 3</extra>",
+                "hovertemplate": "%{x}: %{y:,.1~f}%<extra>Llama 3</extra>",
             },
         ],
         "layout": charts._layout(
             barmode="group",
             height=360,
-            margin={"l": 60, "r": 20, "t": 10, "b": 140},
             yaxis={"title": {"text": "%"}},
-            legend={"orientation": "h", "y": 1.1},
         ),
     }
 

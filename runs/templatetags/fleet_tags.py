@@ -1,4 +1,8 @@
+import json
+
 from django import template
+
+from runs.domain.numbers import number_text
 
 register = template.Library()
 
@@ -6,6 +10,27 @@ register = template.Library()
 @register.filter
 def dict_get(mapping, key):
     return mapping.get(key)
+
+
+@register.filter
+def json_fields(data):
+    """An event's JSON data as (key, value) rows for a <dl>: each value written as JSON (true, null, 3.5, [1, 2],
+    {"a": 1}), a string as its text; never Python's repr (True, None, {'a': 1}). Data that is not an object (a list,
+    a number) is one row with no key."""
+    if not isinstance(data, dict):
+        return [("", _json_text(data))]
+    return [(key, _json_text(value)) for key, value in data.items()]
+
+
+def _json_text(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+@register.filter
+def number(value, decimals=0):
+    """A figure for reading, in the one format every page, report and e-mail uses (runs.domain.numbers): thousands
+    separators, decimals only where they say something (45696.04 -> '45,696', 2.0 -> '2', 14.66 -> '14.7')."""
+    return number_text(value, int(decimals))
 
 
 @register.filter
@@ -38,10 +63,11 @@ def percent(fraction, digits=1):
 
 @register.filter
 def minutes(value):
-    """Minutes with one decimal, or a dash."""
-    return "—" if value is None else f"{value:.1f} min"
+    """Minutes with up to one decimal (number), or a dash."""
+    return "—" if value is None else f"{number_text(value, 1)} min"
 
 
 @register.filter
 def hours(seconds):
-    return "—" if seconds is None else f"{seconds / 3600:.1f} h"
+    """Seconds as hours with up to one decimal (number), or a dash."""
+    return "—" if seconds is None else f"{number_text(seconds / 3600, 1)} h"

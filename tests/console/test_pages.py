@@ -139,3 +139,46 @@ def test_the_run_page_lists_the_latest_interruptions_and_all_on_request(oncall, 
     assert "#1 Faulty GPU" in html  # the timeline chart still marks every fault
     html = oncall.get("/runs/r1?interruptions=all").content.decode()
     assert 'id="interruption-' in html and "Faulty GPU" in html and "show all" not in html
+
+
+def test_the_node_page_shows_event_data_as_json_not_python(oncall, record):
+    from runs.models import Event
+    from tests.stories import at
+
+    data = {"ok": True, "temperature_c": None, "ranks": {"slow": [3, 5]}, "message": "it's hot"}
+    Event.objects.create(source="agent", event_id="h1", type="gpu.health", time=at(119), data=data, node_name="n2")
+    html = oncall.get("/nodes/n2").content.decode()
+    events = html[html.index('id="node-events"') :]
+    assert '<dt>ok</dt><dd class="mono">true</dd>' in events and '<dd class="mono">null</dd>' in events
+    assert '<dt>ranks</dt><dd class="mono">{&quot;slow&quot;: [3, 5]}</dd>' in events
+    assert '<dd class="mono">it&#x27;s hot</dd>' in events  # a string as its text, not quoted
+    assert '<dt>xid</dt><dd class="mono">79</dd>' in events
+    assert "True" not in events and "None" not in events and "{&#x27;" not in events  # no Python repr
+
+
+def test_the_run_page_gives_each_interruption_reason_a_row_across_the_table(oncall, record):
+    from runs.models import Interruption
+
+    html = oncall.get("/runs/r1").content.decode()
+    table = html[html.index('id="interruptions"') : html.index('id="advisor"')]
+    interruption = Interruption.objects.get(run__name="r1")
+    assert "<th>Reason</th>" not in table
+    row = table[table.index(f'id="interruption-{interruption.pk}-reason"') :]
+    assert row.index('<td colspan="10" class="wrap">') < row.index("GPU fell off the bus") < row.index("</tr>")
+
+
+def test_the_run_and_fleet_pages_write_figures_in_one_format(oncall, record, settings):
+    import re
+
+    import time_machine
+
+    html = oncall.get("/runs/r1").content.decode()
+    lost = re.search(r'id="interruption-\d+".*?</tr>', html, re.S).group(0)
+    cells = re.findall(r'<td class="num">([^<]*)</td>', lost)
+    assert cells[:4] == ["1 min", "9 min", "3 min", "14.7 min"] and cells[4] == "7.4"  # 27.7 min x 16 GPUs
+    with time_machine.travel("2026-03-05T00:00:00Z"):
+        fleet = oncall.get("/fleet?days=7").content.decode()
+    # Detection, rescheduling, reload and rewound GPU-hours summed as numbers: 0.27 + 2.4 + 0.8 + 3.91 = 7.38 GPU-h
+    # (the template's `add` made them ints first: 0 + 2 + 0 + 3 = 5).
+    assert '<p class="big">7.4 <span class="muted">GPU-h</span>' in fleet
+    assert '<p class="big">32</p>' in fleet and "24.5 productive" in fleet

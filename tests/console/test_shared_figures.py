@@ -12,7 +12,7 @@ import time_machine
 
 from incidents.playbooks import spares
 from incidents.reports.services import report_generate
-from runs.templatetags.fleet_tags import duration, percent
+from runs.templatetags.fleet_tags import duration, number, percent
 from tests.stories import SINCE, UNTIL, build_week
 
 WINDOW = f"since={SINCE.isoformat().replace('+00:00', 'Z')}&until={UNTIL.isoformat().replace('+00:00', 'Z')}"
@@ -71,13 +71,13 @@ def test_each_figure_two_surfaces_show_comes_from_one_source_and_agrees(week, on
     # The advised interval (Daly's), from the record up to now: the run page, the API, the report made now.
     daly_s = api["advice"]["advice"]["daly_s"]
     assert _text(pages["run"], "daly-interval") == duration(daly_s)
-    assert ra[3] == f"{daly_s / 60:.1f}"
+    assert ra[3] == number(daly_s / 60, 1)
     assert "up to 2026-03-09 00:00 UTC, when this report was made" in pages["report"]  # its window, said
     assert "the whole record up to 2026-03-09 00:00 UTC" in pages["run"]
 
     # Per-GPU MTBF: the report's week, and the failure rate the advice scales to the run (the same record).
     rate = api["advice"]["failure_rate"]
-    assert _text(pages["report"], "report-mtbf") == f"{1 / rate['per_gpu_hour']:.0f} GPU-h"
+    assert _text(pages["report"], "report-mtbf") == f"{number(1 / rate['per_gpu_hour'])} GPU-h"
     assert report.data["mtbf"]["mtbf_gpu_h"] == pytest.approx(1 / rate["per_gpu_hour"])
 
     # Spare-pool need: one function (incidents.playbooks.spares), each surface over the window it names.

@@ -35,7 +35,7 @@ def test_the_timeline_draws_each_lost_span_at_its_time_and_marks_faults():
 def test_the_advisor_curve_marks_young_daly_current_and_the_floor():
     advice = advisor.advise(delta_s=60, mtbf_s=3 * 3600, restart_s=600, current_s=3600)
     figure = charts.advisor_curve(advice)
-    marks = {t["name"]: t for t in figure["data"] if t["mode"] == "markers+text"}
+    marks = {t["name"]: t for t in figure["data"] if t["mode"] == "markers"}
     assert set(marks) == {"Young", "Daly", "current"}
     assert round(marks["Young"]["x"][0], 2) == 18.97  # docs/DOMAIN.md section 3: sqrt(2 * 1 * 180) minutes
     assert figure["layout"]["shapes"][0]["y0"] == advice.floor * 100
@@ -52,3 +52,17 @@ def test_daily_shares_stack_to_one_hundred_percent():
 def test_lost_by_cause_lists_the_biggest_last_for_the_top_of_a_horizontal_bar():
     figure = charts.lost_by_cause({"faulty_gpu": 10.0, "gpu_hbm3": 25.0, "nic": 1.0})
     assert figure["data"][0]["y"] == ["NIC", "Faulty GPU", "GPU HBM3 memory"]
+
+
+def test_the_advisor_names_its_marks_in_the_legend_where_labels_cannot_overprint():
+    # Daly and the current interval on one point: text beside the points would print one label over the other.
+    advice = advisor.advise(delta_s=60, mtbf_s=3 * 3600, restart_s=600, current_s=None)
+    advice = advisor.advise(delta_s=60, mtbf_s=3 * 3600, restart_s=600, current_s=advice.daly_s)
+    figure = charts.advisor_curve(advice)
+    marks = [t for t in figure["data"] if t["name"] in ("Young", "Daly", "current")]
+    assert len(marks) == 3 and all(t["mode"] == "markers" and "text" not in t for t in marks)
+    assert len({t["marker"]["symbol"] for t in marks}) == 3  # told apart without colour too
+    assert figure["layout"]["showlegend"] is True
+    assert [a["text"] for a in figure["layout"]["annotations"]] == ["floor"]  # the only text on the plot
+    legend = figure["layout"]["legend"]
+    assert legend["yanchor"] == "bottom" and legend["y"] >= 1  # above the plot, clear of the x axis's title

@@ -12,6 +12,7 @@ from incidents import services
 from incidents.domain import postmortem as domain
 from incidents.models import ActionItem, Incident, PlaybookExecution, Postmortem
 from incidents.postmortems import services as postmortems
+from runs.domain.numbers import number_text
 from tests.stories import at, spares, story_until_failure, xid_storm
 
 T0 = datetime(2026, 3, 1, 0, 44, tzinfo=UTC)
@@ -110,20 +111,20 @@ def test_it_drafts_impact_stages_cause_and_assessment_from_known_numbers():
     assert "- GPU-hours lost: 4.2" in text  # 4.25 rounds half to even
     assert "- Goodput lost: 1.23 %" in text and "- Work rewound: 9.5 min" in text
     assert "- Runs affected: 1 (r1)" in text and "- GPUs affected: 16" in text
-    assert "- Minutes at each severity: SEV2 90.0 min, SEV3 19.0 min, SEV4 1.0 min" in text
+    assert "- Minutes at each severity: SEV2 90 min, SEV3 19 min, SEV4 1 min" in text
     for row in ("| detect |", "| stabilize |", "| diagnose |", "| repair |", "| return through the gate |"):
         assert row in text
-    assert "| detect | 2026-03-01 00:44:00 UTC | 2026-03-01 00:50:00 UTC | 6.0 |" in text
-    assert "| 8.0 |" in text and "| 9.0 |" in text  # stabilize, diagnose
-    assert "| 60.0 |" in text and "| 30.0 |" in text  # repair, gate
+    assert "| detect | 2026-03-01 00:44:00 UTC | 2026-03-01 00:50:00 UTC | 6 |" in text
+    assert "| 8 |" in text and "| 9 |" in text  # stabilize, diagnose
+    assert "| 60 |" in text and "| 30 |" in text  # repair, gate
     assert "| 1 | drain | succeeded | 1.5 |" in text and "| 2 | requeue job | succeeded | 5.5 |" in text
     assert "Category: **Faulty GPU** (GPU; Llama 3 taxonomy: `faulty_gpu`)" in text
     assert "Culprit hardware: n2 GPU 3 (serial S123)" in text and "51 Xid errors" in text
     assert "n2 had 2 earlier interruption(s) on record." in text
-    assert "Detection took 6.0 min, slower than the usual 2.0 min." in text
+    assert "Detection took 6 min, slower than the usual 2 min." in text
     assert "waited for approval by oncall at step 'requeue job' (5.5 min, approved by ana)" in text
-    assert "far from the advised 15.0 min" in text
-    assert "- [ ] Set the run's checkpoint interval near 15.0 min." in text
+    assert "far from the advised 15 min" in text
+    assert "- [ ] Set the run's checkpoint interval near 15 min." in text
     assert "[run r1](/runs/r1)" in text
 
 
@@ -131,8 +132,15 @@ def test_it_says_what_went_well_when_the_facts_are_good():
     facts = _facts(usual_detection_s=600.0, checkpoint_interval_s=1000.0, playbooks=(), culprit=None)
     good, bad = domain.assessment(facts)
     assert bad == []
-    assert "Detected in 6.0 min (usual: 10.0 min)." in good
+    assert "Detected in 6 min (usual: 10 min)." in good
     assert any("close to the advised" in g for g in good)
+
+
+def test_its_figures_are_written_as_every_page_writes_them():
+    # One number format (runs.domain.numbers): thousands separators, no decimals that say nothing (issue 20).
+    text = domain.draft(_facts(gpu_hours_lost=45_696.04, gpus_affected=16_384, rewound_min=1_500.25))
+    assert "- GPU-hours lost: 45,696\n" in text and "- GPUs affected: 16,384" in text
+    assert "- Work rewound: 1,500 min" in text and "rewound work was 1,500 min" in text
 
 
 def test_stages_not_yet_reached_have_no_minutes():
@@ -162,7 +170,7 @@ def test_it_drafts_a_drain_and_replace_postmortem_listing_each_step_with_its_min
     text = postmortem.markdown
     assert "### Playbook drain-and-replace on n2 (succeeded)" in text
     for index, step in enumerate(execution.steps.order_by("index"), start=1):
-        assert f"| {index} | {step.name} | succeeded | {step.seconds / 60:.1f} |" in text
+        assert f"| {index} | {step.name} | succeeded | {number_text(step.seconds / 60, 1)} |" in text
     assert "Category: **Faulty GPU**" in text and "Culprit hardware: [n2](/nodes/n2) GPU 3" in text
     assert "- Runs affected: 1 (r1)" in text and "- GPUs affected: 16" in text
     assert "Playbook drain-and-replace ran with no human" in text
@@ -311,3 +319,22 @@ def test_it_drafts_on_demand_and_the_incident_page_links_the_postmortem(oncall):
     ]
     html = oncall.get(f"/incidents/{incident.pk}").content.decode()
     assert f'href="/incidents/{incident.pk}/postmortem"' in html and 'id="action-close"' in html
+
+
+def test_the_versions_are_named_once_and_the_editor_fills_its_card(oncall, settings):
+    import re
+    from pathlib import Path
+
+    incident = _incident()
+    postmortems.postmortem_draft(incident=incident, actor=services.FLEETOPS)
+    oncall.post(f"/incidents/{incident.pk}/postmortem/save", {"markdown": "# Better"})
+    html = oncall.get(f"/incidents/{incident.pk}/postmortem").content.decode()
+    versions = html[html.index('id="postmortem-versions"') :]
+    versions = versions[: versions.index("</section>")]
+    # Named v2, v1 and nothing else: an ordered list numbered them again ("2. v1" in a browser).
+    assert "<ol" not in versions and '<ul class="versions">' in versions
+    assert re.findall(r'<li id="version-(\d+)">v(\d+) <b>', versions) == [("2", "2"), ("1", "1")]
+    # A bare textarea is 20 columns (~160 px) in a 1,000 px card: a stylesheet gives the editor its card's width.
+    assert '<section class="card postmortem-editor">' in html and "<textarea" in html
+    css = "".join(path.read_text() for path in sorted((Path(settings.BASE_DIR) / "static" / "css").glob("*.css")))
+    assert re.search(r"\.postmortem-editor textarea\s*\{[^}]*\bwidth:\s*100%", css)

@@ -170,7 +170,9 @@ def test_the_page_and_the_list_show_the_figures_and_the_week_over_week_change(us
     for text in (
         'id="report-goodput">94.22%',
         "320 GPU-h",
-        "124 – 1174",
+        "124 – 1,174",  # one number format: thousands separators (issue 20: "45696.0 beside 129,034")
+        'id="report-gpu-hours">960</p>',  # not 960.0
+        '<span id="report-lost">55.5</span>',
         'data-figure="causes-figure"',
         "GPU HBM3 memory",
     ):
