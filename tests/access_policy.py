@@ -119,6 +119,7 @@ TABLE = [
     Row("GET", "run-page", PAGE, RUN),
     Row("GET", "run-advisor", PAGE, RUN),
     Row("GET", "node-page", PAGE, NODE),
+    Row("GET", "search", PAGE, query="q=gpu"),
     # --- Pages (incidents) ---
     Row("GET", "incident-board", PAGE),
     Row("GET", "incident-open-count", PAGE),

@@ -1,10 +1,12 @@
 from django.urls import path
 
 from fleetops.console import node_page, overview, run_page
+from fleetops.console.search import views as search
 
 urlpatterns = [
     path("", overview.overview, name="overview"),
     path("runs/<str:name>", run_page.run_detail, name="run-page"),
     path("runs/<str:name>/advisor", run_page.run_advisor, name="run-advisor"),
     path("nodes/<str:hostname>", node_page.node_detail, name="node-page"),
+    path("search", search.search, name="search"),
 ]
