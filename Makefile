@@ -12,7 +12,7 @@ BENCH_REDIS_URL ?= redis://127.0.0.1:6379/14
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test bench fuzz lint migrate worker clean reliability-doc lock audit
+.PHONY: install run test bench fuzz lint migrate worker clean reliability-doc lock audit screenshots
 
 # Installs exactly the versions in requirements.lock (`make lock` writes it; `make audit` checks it).
 $(STAMP): pyproject.toml requirements.lock
@@ -71,6 +71,15 @@ bench: $(BENCH_STAMP)
 fuzz: $(STAMP)
 	FLEETOPS_FUZZ_EXAMPLES=$${FLEETOPS_FUZZ_EXAMPLES:-50000} $(BIN)/python -m pytest \
 		tests/runs/test_goodput_differential.py -q -p no:cacheprovider --override-ini="addopts=" -x
+
+# The README's pictures of the console (docs/screenshots/), taken by the browser tests that check every page at a
+# phone's and a desk's width (tests/browser/test_console_layout.py) in Debian's Chromium, installed here when missing.
+screenshots: $(TEST_STAMP)
+	@[ -x /usr/bin/chromium ] || { SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); $$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+	mkdir -p docs/screenshots
+	SCREENSHOTS_DIR=$(CURDIR)/docs/screenshots $(BIN)/python -m pytest tests/browser/test_console_layout.py -q \
+		-p no:cacheprovider --override-ini="addopts=" -k "fits_the_screen or keyboard"
 
 # docs/RELIABILITY.md's table, from the tests' @pytest.mark.reliability marks (tests/test_reliability_doc.py checks it).
 reliability-doc: $(STAMP)

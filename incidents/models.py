@@ -458,3 +458,14 @@ class RunDiscard(models.Model):
 
     def delete(self, *args, **kwargs):
         raise AppendOnlyError("Run discards are the audit log: they are never deleted.")
+
+
+class Preference(models.Model):
+    """A person's console settings: the time zone the pages show times in (UTC unless they chose another; every time
+    says its zone). The weekly report keeps UTC whatever this says: its week and off-hours are UTC by definition."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preference")
+    time_zone = models.CharField(max_length=64, default="UTC")
+
+    def __str__(self):
+        return f"{self.user} · {self.time_zone}"

@@ -8,6 +8,7 @@ from incidents.postmortems import views as postmortems
 urlpatterns = [
     path("", board.board, name="incident-board"),
     path("open-count", board.open_count, name="incident-open-count"),
+    path("acknowledge", board.acknowledge, name="incident-bulk-acknowledge"),
     path("<int:pk>", incident.incident_page, name="incident-page"),
     path("action-items", postmortems.action_items, name="action-items"),
     path("deliveries", notifications.deliveries, name="incident-deliveries"),

@@ -119,6 +119,8 @@ TABLE = [
     Row("GET", "run-page", PAGE, RUN),
     Row("GET", "run-advisor", PAGE, RUN),
     Row("GET", "node-page", PAGE, NODE),
+    Row("GET", "preferences", PAGE),
+    Row("POST", "preferences-save", SIGNED_IN_POST_302, data={"time_zone": "UTC"}),
     Row("GET", "search", PAGE, query="q=gpu"),
     # --- Pages (incidents) ---
     Row("GET", "incident-board", PAGE),
@@ -137,6 +139,7 @@ TABLE = [
     Row("POST", "report-create", ACT, data={"since": "2026-03-02", "until": "2026-03-09"}),
     # --- Incident actions ---
     Row("POST", "incident-action-acknowledge", ACT, INCIDENT),
+    Row("POST", "incident-bulk-acknowledge", ACT, data={"ids": "@incident"}),
     Row("POST", "incident-action-assign", ACT, INCIDENT),
     Row("POST", "incident-action-command", ACT, INCIDENT),
     Row("POST", "incident-action-escalate", ACT, INCIDENT, {"reason": "two runs down"}),

@@ -30,7 +30,7 @@ PAGE_CAPS = {  # every page 3 for the nav's count of what needs a person (open i
     "run": 26,  # 23 (6 of them its data-quality findings)
     "node": 14,  # 12
     "board": 14,  # 12: the page's rows; the counts of all pages
-    "incident": 19,  # 17
+    "incident": 23,  # 21: alerts in 3 (counts, hosts, each kind's newest), the timeline in 2 (ids, entries shown)
     "postmortem": 13,  # 11
     "reports": 8,  # 6
     "report": 8,  # 6

@@ -22,6 +22,7 @@ from incidents.playbooks import spares
 from runs import selectors
 from runs.models import Node, Run
 
+LIVE_S = 10  # the overview's figures refresh this often, like the board
 RUNS_PAGE = 25  # rows of the overview's run table a page: a fleet's months of runs are ?page=2 and on
 
 
@@ -46,30 +47,46 @@ def overview(request):
         "pending_events": selectors.events_pending_count(),
     }
     if request.htmx and not request.htmx.history_restore_request:
+        if request.GET.get("part") == "live":
+            clusters = selectors.node_states_by_cluster()
+            return render(request, "runs/overview.html#fleet-live", _live_context(timezone.now(), clusters))
         return render(request, "runs/overview.html#run-table", context)
+    now, clusters = timezone.now(), selectors.node_states_by_cluster()
     context |= {
-        "clusters": selectors.node_states_by_cluster(),
-        "spare_pools": spares.spare_pools_get(now=timezone.now()),
+        "clusters": clusters,
+        "spare_pools": spares.spare_pools_get(now=now),
         "node_states": Node.STATES,
         "interruptions": selectors.interruptions_recent(),
         "quarantined_events": selectors.events_quarantined_count(),
-        **_fleet_health_context(timezone.now()),
+        **_grid_context(),
+        **_live_context(now, clusters),
     }
     return render(request, "runs/overview.html", context)
 
 
-def _fleet_health_context(now) -> dict:
-    """What the on-call looks at first: goodput now, what is open, which nodes are bad, every node's state."""
+def _grid_context() -> dict:
+    """Every node's cell, by cluster and rack: drawn with the page, not refreshed (16,384 cells)."""
     grid = selectors.node_grid_get()
-    goodput_24h = selectors.fleet_goodput_get(since=now - timedelta(hours=24), until=now, now=now).total
-    suspect_count, suspects = selectors.suspect_nodes_get(limit=8)
-    lemon_count, lemons = incident_selectors.lemon_nodes_get(limit=8)
-    state_counts = Counter(state for row in grid for _, state in row.nodes)
     in_incident = incident_selectors.nodes_in_open_incidents()
-    open_board = incident_selectors.incident_board_get(first=0, size=8, now=now, open_only=True)
     return {
         "grid": [(row, _grid_cells(row, in_incident)) for row in grid],
         "grid_width": max((len(row.nodes) for row in grid), default=0),
+    }
+
+
+def _live_context(now, clusters: list[selectors.ClusterSummary]) -> dict:
+    """What the on-call looks at first, refreshed every LIVE_S: goodput now, what is open and what it burns, which
+    nodes are bad, how many nodes are in each state."""
+    goodput_24h = selectors.fleet_goodput_get(since=now - timedelta(hours=24), until=now, now=now).total
+    suspect_count, suspects = selectors.suspect_nodes_get(limit=8)
+    lemon_count, lemons = incident_selectors.lemon_nodes_get(limit=8)
+    state_counts = Counter()
+    for summary in clusters:
+        state_counts.update(summary.by_state)
+    open_board = incident_selectors.incident_board_get(first=0, size=8, now=now, open_only=True)
+    return {
+        "now": now,
+        "live_s": LIVE_S,
         "grid_legend": [(value, label, state_counts[value]) for value, label in Node.STATES],
         "node_total": sum(state_counts.values()),
         "goodput_24h": goodput_24h if goodput_24h.wall_clock_s > 0 else None,

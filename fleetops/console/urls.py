@@ -1,6 +1,6 @@
 from django.urls import path
 
-from fleetops.console import node_page, overview, run_page
+from fleetops.console import node_page, overview, preferences, run_page
 from fleetops.console.search import views as search
 
 urlpatterns = [
@@ -9,4 +9,6 @@ urlpatterns = [
     path("runs/<str:name>/advisor", run_page.run_advisor, name="run-advisor"),
     path("nodes/<str:hostname>", node_page.node_detail, name="node-page"),
     path("search", search.search, name="search"),
+    path("preferences", preferences.preferences, name="preferences"),
+    path("preferences/save", preferences.preferences_save, name="preferences-save"),
 ]

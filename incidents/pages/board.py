@@ -3,15 +3,18 @@
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseBadRequest
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from fleetops import paging
-from incidents import selectors
+from fleetops.roles import can_act
+from incidents import selectors, services
 from incidents.models import Incident
 from incidents.pages.polling import polling_partial
 
@@ -67,6 +70,7 @@ def board(request):
         "query": request.GET.urlencode(),
         "pager": paging.pager(request, "incident-board", page, shown=shown, total=total),
         "now": now,
+        "can_act": can_act(request.user),
         "open_summary": board_page.summary,  # the nav badge's, from the same read (None when filtered: the tag reads)
         # One reverse per kind of link, not three a row: 200 rows made 600 reverse() calls, a tenth of the board.
         "urls": {name.replace("-", "_"): reverse(name, args=[arg])[: -len(str(arg))] for name, arg in _LINKS},
@@ -76,6 +80,38 @@ def board(request):
         # nav's open count (open_count) still watches and fires incidents-changed, on which the list reloads once.
         return polling_partial(request, "incidents/board.html#incident-list", context, polling=polling)
     return render(request, "incidents/board.html", context)
+
+
+BULK_LIMIT = 200  # incidents one bulk acknowledge may name: more than the board's page shows
+
+
+@require_POST
+@login_required
+def acknowledge(request):
+    """Acknowledge the incidents the board names: one (its row's button, or the "a" key: `one`) or those ticked
+    (`ids`). Each goes through services.incident_acknowledge, so each gets its own timeline entry; one acknowledged
+    meanwhile by someone else is passed over, not an error for the rest. Then the board's list, as it is now."""
+    raw = [request.POST["one"]] if request.POST.get("one") else request.POST.getlist("ids")
+    if not raw:
+        return HttpResponseBadRequest("ids: tick at least one incident to acknowledge", content_type="text/plain")
+    if len(raw) > BULK_LIMIT or not all(value.isdigit() for value in raw):
+        return HttpResponseBadRequest(
+            f"ids: up to {BULK_LIMIT} incident numbers, whole numbers only", content_type="text/plain"
+        )
+    incidents = list(Incident.objects.filter(pk__in={int(value) for value in raw}).order_by("pk"))
+    actor = services.Actor.of_user(request.user)
+    if not can_act(request.user):
+        for incident in incidents:
+            services.action_refused(incident=incident, actor=actor, action="acknowledge")
+        raise PermissionDenied("You may not acknowledge incidents: that needs the oncall role.")
+    for incident in incidents:
+        try:
+            services.incident_acknowledge(incident=incident, actor=actor)
+        except services.IncidentError:
+            pass  # acknowledged, resolved or closed since the board showed it: nothing for this one
+    if not request.htmx:
+        return redirect(reverse("incident-board") + (f"?{request.GET.urlencode()}" if request.GET else ""))
+    return board(request)
 
 
 def open_count(request):

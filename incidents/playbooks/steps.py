@@ -12,6 +12,7 @@ from incidents.models import PlaybookExecution, StepExecution
 from incidents.playbooks import breaker
 from incidents.playbooks.clusters import adapter_for
 from incidents.playbooks.clusters.base import RefusedError, TransientError
+from runs.domain import hostlist
 from runs.domain.cloudevents import SPECVERSION, format_time, parse_time
 from runs.services import own_events_ingest
 
@@ -150,22 +151,24 @@ def _wait_job_running(execution, step, spec) -> dict:
         if status.state.upper() == "RUNNING" and execution.node.hostname not in status.nodes:
             break
         if time.monotonic() > deadline:
-            raise TransientError(f"job {job} is {status.state} on {status.nodes}: not running elsewhere yet")
+            where = hostlist.fold(status.nodes)
+            raise TransientError(f"job {job} is {status.state} on {where}: not running elsewhere yet")
         time.sleep(1)
         lease_renew(execution)
     since = execution.started_at
     seconds = (timezone.now() - since).total_seconds()
+    hosts = hostlist.fold(status.nodes)  # a 2,048-node job: one line, not 2,048 names
     if execution.incident_id:
         # Not mitigation: the harm stops when the run trains again (its run.restored), which the job being scheduled
         # does not yet say (issue 17: the SEV1 said mitigated while the run was still down).
         services.timeline_add(
             incident=execution.incident,
             kind="playbook",
-            text=f"Job {job} running again on {', '.join(status.nodes)}, {seconds:.0f} s after the playbook started; "
+            text=f"Job {job} running again on {hosts}, {seconds:.0f} s after the playbook started; "
             "mitigated once the run trains again",
         )
     return {
-        "summary": f"job {job} running on {', '.join(status.nodes)}",
+        "summary": f"job {job} running on {hosts}",
         "nodes": status.nodes,
         "seconds_since_start": seconds,
     }

@@ -86,7 +86,7 @@ def _execution(pk: int, execution_pk: int) -> tuple[Incident, PlaybookExecution]
 def _respond(request, incident: Incident, *, error: str = "", status: int = 409):
     if not request.htmx and not error:
         return redirect(incident.get_absolute_url() + "#incident-playbooks")
-    incident = selectors.incidents_list().get(pk=incident.pk)
+    incident = Incident.objects.select_related("run", "commander").get(pk=incident.pk)
     context = {**incident_context(request, incident), "playbook_error": error, "oob": request.htmx}
     if request.htmx:
         # The card is the target; header, impact and timeline come along out of band (a playbook mitigates).

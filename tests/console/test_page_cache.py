@@ -90,7 +90,7 @@ def test_a_late_event_changes_the_board_impact_at_once(oncall, record, post):
     def lost() -> str:
         html = oncall.get("/incidents/").content.decode()
         row = html[html.index(f'id="incident-{incident.pk}"') :]
-        return re.findall(r'<td class="num">([\d.,]+)</td>', row[: row.index("</tr>")])[0]
+        return re.findall(r'<td data-label="GPU-h lost" class="num">([\d.,]+)</td>', row[: row.index("</tr>")])[0]
 
     assert lost() == lost()
     before = lost()

@@ -101,7 +101,7 @@ def test_the_board_lists_what_needs_a_person_first_with_impact(oncall, incident)
     row = html[html.index(f'id="incident-{incident.pk}"') :]
     row = row[: row.index("</tr>")]
     assert 'href="/runs/r1"' in row and 'href="/nodes/n2"' in row
-    assert '<td class="num impact hot">16</td>' in row  # the run's 16 GPUs idle
+    assert '<td data-label="GPUs idle" class="num impact hot">16</td>' in row  # the run's 16 GPUs idle
     assert "3 firing" in row and "reboot node, drain" in row
     assert "<b>2</b> SEV1" in html and "<b>1</b> SEV3" in html and "<b>0</b> SEV2" in html
 
@@ -230,7 +230,7 @@ def test_the_incident_page_shows_impact_alerts_timeline_and_recommended_action(o
     assert '<p class="huge" id="impact-gpus-idle">16</p>' in html
     assert "GPU has fallen off the bus" in html and "21" in html  # the Xid alert folds the storm: 20 + 1
     for kind in ("xid", "run_failed", "node_state"):
-        assert f'<td class="mono">{kind}</td>' in html
+        assert f'<td data-label="Kind" class="mono">{kind}</td>' in html
     assert "Opened by the" in html and 'class="tl-opened"' in html
     assert 'href="/runs/r1"' in html and 'href="/nodes/n2"' in html
     assert "3 alerts still firing" in html and 'name="override_reason"' in html
@@ -403,6 +403,8 @@ def test_the_overview_shows_the_node_grid_goodput_and_incidents(oncall, incident
 
 def test_the_overview_grid_costs_the_same_queries_at_any_size(oncall, db):
     _fleet(40)
+    oncall.get("/")  # the session's first request reads the person's time zone once
+    cache.clear()
     with CaptureQueriesContext(connection) as small:
         assert oncall.get("/").status_code == 200
     Node.objects.bulk_create(Node(hostname=f"big-{i:04d}", rack=f"b{i // 32:02d}") for i in range(2048))
@@ -410,7 +412,8 @@ def test_the_overview_grid_costs_the_same_queries_at_any_size(oncall, db):
     with CaptureQueriesContext(connection) as large:
         html = oncall.get("/").content.decode()
     assert len(large) == len(small)
-    assert html.count('class="cell s-') == 2088 + 9  # every node once, plus the legend's nine swatches
+    # Every node once, plus a swatch for each state the legend offers to show ("all" has none).
+    assert html.count('class="cell s-') == 2088 + html.count('class="grid-show"') - 1
 
 
 def test_the_overview_lists_lemon_nodes(oncall, db):
@@ -455,3 +458,49 @@ def test_the_node_page_shows_xid_history_alerts_and_evidence(oncall, incident):
     alerts = html[html.index('id="node-alerts"') : html.index('id="node-xids"')]
     assert f'href="/incidents/{incident.pk}"' in alerts and '<td class="mono">xid</td>' in alerts
     assert 'id="node-interruptions"' in html and "Faulty GPU" in html
+
+
+# --- Bulk acknowledge from the board (issue 20) ----------------------------------------------------------------
+
+
+def test_the_board_acknowledges_the_ticked_incidents_each_on_its_own_timeline(oncall, db):
+    first, second, third = _many_incidents("SEV2", 3)
+    Incident.objects.filter(pk=third.pk).update(status="acknowledged", acknowledged_at=timezone.now())
+    html = oncall.get("/incidents/").content.decode()
+    assert f'name="ids" value="{first.pk}"' in html and f'name="one" value="{first.pk}"' in html
+    assert f'name="ids" value="{third.pk}"' not in html  # acknowledged already: nothing to tick
+    response = oncall.post("/incidents/acknowledge", {"ids": [first.pk, second.pk, third.pk]}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 200 and 'id="incident-list"' in response.content.decode()
+    for incident in (first, second):
+        incident.refresh_from_db()
+        assert incident.status == "acknowledged" and incident.commander.get_username() == "ana"
+        assert list(incident.timeline.values_list("kind", flat=True)) == ["acknowledged"]
+    assert not third.timeline.exists()  # passed over, not acknowledged twice
+
+
+def test_one_rows_button_acknowledges_that_incident_only(oncall, db):
+    first, second = _many_incidents("SEV3", 2)
+    response = oncall.post("/incidents/acknowledge?severity=SEV3", {"one": second.pk, "ids": [first.pk]})
+    assert response.status_code == 302 and response.url == "/incidents/?severity=SEV3"
+    assert Incident.objects.get(pk=second.pk).status == "acknowledged"
+    assert Incident.objects.get(pk=first.pk).status == "triggered"
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [({}, "tick at least one"), ({"ids": ["1", "x"]}, "whole numbers"), ({"ids": ["1"] * 201}, "up to 200")],
+)
+def test_a_bulk_acknowledge_without_incidents_says_why(oncall, db, data, reason):
+    response = oncall.post("/incidents/acknowledge", data)
+    assert response.status_code == 400 and reason in response.content.decode()
+
+
+def test_a_viewer_may_not_bulk_acknowledge_and_each_refusal_is_audited(viewer, db):
+    first, second = _many_incidents("SEV2", 2)
+    html = viewer.get("/incidents/").content.decode()
+    assert 'name="ids"' not in html and "bulk-acknowledge" not in html
+    assert viewer.post("/incidents/acknowledge", {"ids": [first.pk, second.pk]}).status_code == 403
+    for incident in (first, second):
+        incident.refresh_from_db()
+        assert incident.status == "triggered"
+        assert list(incident.timeline.values_list("kind", flat=True)) == ["refused"]
