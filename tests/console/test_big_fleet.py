@@ -53,3 +53,25 @@ def test_the_16384_node_incident_page_renders_under_300_ms(ana, big_incident):
     median = statistics.median(timings)
     print(f"\nincident page, {NODES:,} nodes and alerts: median {median:.0f} ms of {[round(t) for t in timings]}")
     assert median < SERVER_MS
+
+
+def test_the_overview_draws_every_one_of_16384_nodes_by_rack_under_500_ms(ana, big_incident):
+    ana.get("/")
+    timings = []
+    for _ in range(5):
+        started = time.perf_counter()
+        html = ana.get("/").content.decode()
+        timings.append((time.perf_counter() - started) * 1000)
+    grid = html[html.index('id="grid-racks"') :]
+    assert grid.count('class="cell s-') == NODES and grid.count('class="rack"') == NODES // 32
+    assert grid.count('class="cell s-draining hot"') == 2  # in the open incident, and draining
+    median = statistics.median(timings)
+    print(f"\noverview, {NODES:,} nodes: median {median:.0f} ms of {[round(t) for t in timings]}")
+    assert median < 500
+
+
+def test_the_board_names_a_16384_node_incidents_hosts_folded(ana, big_incident):
+    row = ana.get("/incidents/").content.decode()
+    row = row[row.index(f'id="incident-{big_incident.pk}"') :]
+    row = row[: row.index("</tr>")]
+    assert 'title="gpu-[00001-16384]"' in row and "(16,384)" in row
