@@ -1,6 +1,8 @@
 """Reads for incidents: live impact, lists, response metrics."""
 
+import functools
 import hashlib
+import zoneinfo
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
@@ -436,14 +438,10 @@ class AlertGroup:
     severity: str
     total: int = 0
     occurrences: int = 0
-    hostnames: list[str] = field(default_factory=list)
+    hostnames: list[str] = field(default_factory=list)  # one an alert: a node with two GPUs' alerts twice
     latest: list[Alert] = field(default_factory=list)  # newest first, ALERTS_SHOWN at most
     first_seen_at: datetime | None = None
     last_seen_at: datetime | None = None
-
-    @property
-    def hosts(self) -> str:
-        return hostlist.fold(self.hostnames)
 
 
 def incident_alert_groups_get(*, incident: Incident) -> list[AlertGroup]:
@@ -468,7 +466,9 @@ def incident_alert_groups_get(*, incident: Incident) -> list[AlertGroup]:
     )
     newest: dict[int, AlertGroup] = {}
     for pk, status, kind, severity, hostname in rows:
-        group = groups[(status, kind, severity)]
+        group = groups.get((status, kind, severity))
+        if group is None:
+            continue  # resolved, or of a kind first seen, since the count: the next refresh shows it
         if hostname:
             group.hostnames.append(hostname)
         if len(group.latest) < ALERTS_SHOWN:
@@ -476,7 +476,7 @@ def incident_alert_groups_get(*, incident: Incident) -> list[AlertGroup]:
             newest[pk] = group
     alerts = Alert.objects.select_related("node", "gpu").in_bulk(list(newest))
     for group in groups.values():
-        group.latest = [alerts[pk] for pk in group.latest]
+        group.latest = [alerts[pk] for pk in group.latest if pk in alerts]
     return list(groups.values())
 
 
@@ -500,10 +500,10 @@ class ListedNode:
 @dataclass(frozen=True)
 class AffectedNodes:
     total: int
-    hosts: str  # every node, folded
+    hostnames: list[str]  # every node's
     by_state: list[tuple[str, str, int]]  # (state, label, nodes) for the states present
     listed: list[ListedNode]  # all when AFFECTED_LISTED or fewer; else those out of service, AFFECTED_LISTED at most
-    hostnames: list[str] | None  # every hostname when there are NODE_CHOICES or fewer
+    choices: list[str] | None  # every hostname, in order, when there are NODE_CHOICES or fewer
 
     @property
     def unlisted(self) -> int:
@@ -512,14 +512,15 @@ class AffectedNodes:
 
 def incident_nodes_get(*, incident: Incident) -> AffectedNodes:
     rows = list(incident.nodes.values_list("hostname", "state", "rack"))
+    names = [hostname for hostname, _, _ in rows]
     counts = Counter(state for _, state, _ in rows)
     listed = sorted(row for row in rows if row[1] != "in_service") if len(rows) > AFFECTED_LISTED else sorted(rows)
     return AffectedNodes(
         total=len(rows),
-        hosts=hostlist.fold(hostname for hostname, _, _ in rows),
+        hostnames=names,
         by_state=[(value, label, counts[value]) for value, label in Node.STATES if counts[value]],
         listed=[ListedNode(*row) for row in listed[:AFFECTED_LISTED]],
-        hostnames=sorted(hostname for hostname, _, _ in rows) if len(rows) <= NODE_CHOICES else None,
+        choices=sorted(names, key=hostlist.natural) if len(names) <= NODE_CHOICES else None,
     )
 
 
@@ -557,9 +558,13 @@ def lemon_nodes_get(*, limit: int = 20) -> tuple[int, list[FlaggedNode]]:
     return lemons.count(), [FlaggedNode(*row) for row in rows[:limit]]
 
 
-TIME_ZONE_SESSION_KEY = "time_zone"  # the signed-in person's zone rides in the session (fleetops.console.preferences)
-
-
 def time_zone_get(*, user) -> str:
-    """The zone the person chose for the console's times; UTC unless they chose one."""
-    return Preference.objects.filter(user=user).values_list("time_zone", flat=True).first() or "UTC"
+    """The zone the person chose for the console's times; UTC unless they chose one, or if what is stored is no
+    zone this machine knows (the form would otherwise preselect another)."""
+    zone = Preference.objects.filter(user=user).values_list("time_zone", flat=True).first()
+    return zone if zone in zone_names() else "UTC"
+
+
+@functools.cache
+def zone_names() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones() - {"localtime", "Factory"})

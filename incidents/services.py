@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from incidents.domain.detectors import Finding
 from incidents.domain.response import more_severe, severity_from_impact
-from incidents.models import Alert, Incident, Postmortem, RunDiscard, TimelineEntry
+from incidents.models import Alert, Incident, Postmortem, Preference, RunDiscard, TimelineEntry
 from incidents.notifications import services as notifications
 from incidents.postmortems.services import postmortem_draft
 from incidents.selectors import cost_per_minute_usd, incident_impact, incident_impacts_get
@@ -814,3 +814,8 @@ def action_refused(*, incident: Incident, actor: Actor, action: str) -> Timeline
     return _entry(
         incident, kind="refused", actor=actor, text=f"{actor.name} may not {action}: refused", data={"action": action}
     )
+
+
+def time_zone_set(*, user, zone: str) -> None:
+    """The zone the person's pages show times in from their next request, on every device (read each request)."""
+    Preference.objects.update_or_create(user=user, defaults={"time_zone": zone})

@@ -133,7 +133,7 @@ def run_timeline(
             barmode="overlay",
             height=320,
             margin={"l": 130, "r": 20, "t": 10, "b": 40},
-            xaxis={"type": "date"},
+            xaxis={"type": "date", "title": {"text": "UTC"}},  # cached for every reader: the zone said, not converted
             yaxis={"autorange": "reversed"},
             showlegend=False,
         ),

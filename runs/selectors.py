@@ -1,9 +1,7 @@
 """Reads of the fleet record for pages and the API."""
 
 import bisect
-import functools
 import hashlib
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -33,7 +31,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, Concat
 
-from runs.domain import advisor, goodput, lifecycle, quality, trust
+from runs.domain import advisor, goodput, hostlist, lifecycle, quality, trust
 from runs.domain.cloudevents import CloudEvent
 from runs.models import Attempt, Checkpoint, Cluster, Event, EventRollup, Interruption, Node, Run
 
@@ -67,12 +65,6 @@ class RackRow:
     nodes: list[tuple[str, str]]  # (hostname, state), in natural hostname order
 
 
-@functools.lru_cache(maxsize=65_536)
-def _natural(text: str) -> tuple:
-    """gpu-2 before gpu-10: digits compare as numbers. Kept per name: the overview sorts every node on each load."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
-
-
 def node_grid_get() -> list[RackRow]:
     """Every node's state, one row per rack (clusters in name order, unracked nodes last): one query, no model rows.
 
@@ -81,8 +73,9 @@ def node_grid_get() -> list[RackRow]:
     racks: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for hostname, state, rack, cluster in Node.objects.values_list("hostname", "state", "rack", "cluster__name"):
         racks.setdefault((cluster or "", rack), []).append((hostname, state))
-    order = sorted(racks, key=lambda key: (key[0] == "", _natural(key[0]), key[1] == "", _natural(key[1])))
-    return [RackRow(c, r, sorted(racks[c, r], key=lambda node: _natural(node[0]))) for c, r in order]
+    natural = hostlist.natural
+    order = sorted(racks, key=lambda key: (key[0] == "", natural(key[0]), key[1] == "", natural(key[1])))
+    return [RackRow(c, r, sorted(racks[c, r], key=lambda node: natural(node[0]))) for c, r in order]
 
 
 @dataclass(frozen=True)

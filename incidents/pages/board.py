@@ -50,6 +50,11 @@ class BoardFilterForm(forms.Form):
 @login_required
 @vary_on_headers("HX-Request")
 def board(request):
+    return _board(request)
+
+
+def _board(request, *, note: str = ""):
+    """The board, or (asked by htmx) its list; `note` says what an action just did, above the list."""
     form = BoardFilterForm(request.GET)
     filters = form.selector_kwargs()
     counts = selectors.incident_counts_get(**filters)
@@ -71,6 +76,7 @@ def board(request):
         "pager": paging.pager(request, "incident-board", page, shown=shown, total=total),
         "now": now,
         "can_act": can_act(request.user),
+        "note": note,
         "open_summary": board_page.summary,  # the nav badge's, from the same read (None when filtered: the tag reads)
         # One reverse per kind of link, not three a row: 200 rows made 600 reverse() calls, a tenth of the board.
         "urls": {name.replace("-", "_"): reverse(name, args=[arg])[: -len(str(arg))] for name, arg in _LINKS},
@@ -90,11 +96,11 @@ BULK_LIMIT = 200  # incidents one bulk acknowledge may name: more than the board
 def acknowledge(request):
     """Acknowledge the incidents the board names: one (its row's button, or the "a" key: `one`) or those ticked
     (`ids`). Each goes through services.incident_acknowledge, so each gets its own timeline entry; one acknowledged
-    meanwhile by someone else is passed over, not an error for the rest. Then the board's list, as it is now."""
+    (or resolved) meanwhile by someone else is passed over and said so. Then the board's list, as it is now."""
     raw = [request.POST["one"]] if request.POST.get("one") else request.POST.getlist("ids")
     if not raw:
         return HttpResponseBadRequest("ids: tick at least one incident to acknowledge", content_type="text/plain")
-    if len(raw) > BULK_LIMIT or not all(value.isdigit() for value in raw):
+    if len(raw) > BULK_LIMIT or not all(value.isascii() and value.isdigit() for value in raw):
         return HttpResponseBadRequest(
             f"ids: up to {BULK_LIMIT} incident numbers, whole numbers only", content_type="text/plain"
         )
@@ -104,14 +110,24 @@ def acknowledge(request):
         for incident in incidents:
             services.action_refused(incident=incident, actor=actor, action="acknowledge")
         raise PermissionDenied("You may not acknowledge incidents: that needs the oncall role.")
+    done, passed = [], []
     for incident in incidents:
         try:
             services.incident_acknowledge(incident=incident, actor=actor)
+            done.append(incident.pk)
         except services.IncidentError:
-            pass  # acknowledged, resolved or closed since the board showed it: nothing for this one
+            passed.append(incident.pk)  # acknowledged, resolved or closed since the board showed it
     if not request.htmx:
         return redirect(reverse("incident-board") + (f"?{request.GET.urlencode()}" if request.GET else ""))
-    return board(request)
+    return _board(request, note=_acknowledged_note(done, passed))
+
+
+def _acknowledged_note(done: list[int], passed: list[int]) -> str:
+    said = [f"Acknowledged {', '.join(f'#{pk}' for pk in done)}."] if done else []
+    if passed:
+        numbers = ", ".join(f"#{pk}" for pk in passed)
+        said.append(f"{numbers} already acknowledged or closed by someone else: left as they were.")
+    return " ".join(said)
 
 
 def open_count(request):

@@ -10,6 +10,7 @@ ClusterShell's NodeSet does this and more, but parses every name as a pattern (a
 and took 130-230 ms to fold 16,384 names here, most of the incident page's 300 ms budget; this takes a few ms.
 """
 
+import functools
 import re
 from collections import defaultdict
 from collections.abc import Iterable
@@ -22,6 +23,12 @@ _LIMIT = 1_000_000  # hosts one expression may expand to: a typo like n[1-999999
 
 def fold(hostnames: Iterable[str]) -> str:
     """The hostnames, deduplicated and sorted, in Slurm's notation; "" for none."""
+    return ",".join(fold_parts(hostnames))
+
+
+def fold_parts(hostnames: Iterable[str]) -> list[str]:
+    """fold's parts, in order: each a name as it is or one prefix[ranges]suffix. A name with the notation's own
+    characters is one part of its own, so a page lists parts without reading the text back (expand would misread it)."""
     literal: set[str] = set()
     numbered: dict[tuple[str, str], dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
     for name in set(hostnames):
@@ -42,7 +49,8 @@ def fold(hostnames: Iterable[str]) -> str:
     for (prefix, suffix), by_width in numbered.items():
         for width, numbers in _merge_unpadded(by_width).items():
             parts.append((f"{prefix}{min(numbers):0{width}d}{suffix}", _part(prefix, suffix, width, numbers)))
-    return ",".join(text for _, text in sorted(parts, key=lambda part: _natural(part[0])))
+    # By the first name's number, then by the name itself: gpu-1329 and gpu-01329 tie on the number.
+    return [text for _, text in sorted(parts, key=lambda part: (natural(part[0]), part[0]))]
 
 
 def _merge_unpadded(by_width: dict[int, set[int]]) -> dict[int, set[int]]:
@@ -71,8 +79,9 @@ def _ranges(numbers: list[int], width: int) -> list[str]:
     return ranges
 
 
-def _natural(name: str) -> tuple:
-    """gpu-2 before gpu-10: digits compare as numbers."""
+@functools.lru_cache(maxsize=65_536)
+def natural(name: str) -> tuple:
+    """gpu-2 before gpu-10: digits compare as numbers. Kept per name: the overview sorts every node on each load."""
     return tuple(int(piece) if piece.isdigit() else piece for piece in re.split(r"(\d+)", name))
 
 

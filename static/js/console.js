@@ -20,9 +20,14 @@
   root.classList.remove("no-js");
   root.classList.add("js");
 
+  // Keys are the page's only where they would type nothing: not in a text field, a list or an editor. A checkbox
+  // ticked on the board keeps j, k and a working.
+  var NOT_TEXT = { checkbox: 1, radio: 1, button: 1, submit: 1, reset: 1 };
   function typing(target) {
-    var tag = target && target.tagName;
-    return tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT" || (target && target.isContentEditable);
+    if (!target) return false;
+    var tag = target.tagName;
+    if (tag === "INPUT") return !NOT_TEXT[target.type];
+    return tag === "TEXTAREA" || tag === "SELECT" || target.isContentEditable;
   }
 
   // The board's rows, in order, and the one j/k selected.
@@ -83,7 +88,10 @@
     if (event.key === "Escape") { toggleHelp(false); if (typing(event.target)) event.target.blur(); return; }
     if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
     var action = KEYS[event.key];
-    if (!action || (event.key === "Enter" && !selected())) return;
+    // Enter opens the selected row only when nothing else has the focus: on a button or a link it is theirs.
+    var focused = document.activeElement;
+    var free = !focused || focused === document.body || (focused.closest && focused.closest("tr.incident-row"));
+    if (!action || (event.key === "Enter" && (!selected() || !free))) return;
     event.preventDefault();
     action();
   });
@@ -146,7 +154,11 @@
         var button = event.target.closest("button.grid-show");
         if (!button) return;
         filter.querySelectorAll("button.grid-show").forEach(function (b) { b.setAttribute("aria-pressed", b === button ? "true" : "false"); });
-        if (button.dataset.state) grid.dataset.show = button.dataset.state; else delete grid.dataset.show;
+        var state = button.dataset.state, cls = state === "hot" ? "hot" : "s-" + state;
+        if (state) grid.dataset.show = state; else delete grid.dataset.show;
+        grid.querySelectorAll(".cell").forEach(function (cell) {
+          cell.classList.toggle("faded", !!state && !cell.classList.contains(cls));
+        });
       });
     }
     var close = document.getElementById("keyboard-help-close");

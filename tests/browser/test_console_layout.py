@@ -134,6 +134,8 @@ def test_search_the_keyboard_and_dark_mode(chromium, live_server, oncall_user, d
 
         # j selects the first row (the open fault, first on the board), a acknowledges it, o opens it.
         page.goto(live_server.url + "/incidents/")
+        for target in (f"#ack-{live.pk}", f"label:has(#tick-{live.pk})", "#bulk-acknowledge", "#menu-button"):
+            assert page.locator(target).bounding_box()["height"] >= 44, target  # a thumb's target, on a phone
         page.keyboard.press("j")
         selected = page.locator("tr.incident-row.selected")
         expect(selected).to_have_id(f"incident-{live.pk}")
@@ -141,13 +143,15 @@ def test_search_the_keyboard_and_dark_mode(chromium, live_server, oncall_user, d
         expect(page.locator(f"#incident-{live.pk} .badge.status-acknowledged")).to_be_visible()
         live.refresh_from_db()
         assert live.acknowledged_at is not None and live.commander.get_username() == oncall_user.get_username()
-        page.keyboard.press("j")  # the board reloaded: j selects from the top again
+        expect(selected).to_have_id(f"incident-{live.pk}")  # the selection survived the board's reload
         page.keyboard.press("?")
         expect(page.locator("#keyboard-help")).to_be_visible()
         page.keyboard.press("Escape")
         expect(page.locator("#keyboard-help")).to_be_hidden()
         page.keyboard.press("o")
-        page.wait_for_url(re.compile(r".*/incidents/\d+$"))
+        page.wait_for_url(re.compile(rf".*/incidents/{live.pk}$"))
+        for target in ("#action-assign", "#action-note", "#more-actions > summary"):  # ana commands it now
+            assert page.locator(target).bounding_box()["height"] >= 44, target
 
         # Dark mode: the menu's toggle, kept across pages; the page background turns dark.
         page.click("#menu-button")
@@ -205,6 +209,7 @@ def test_an_incident_on_16384_nodes_fits_in_three_screens_and_the_grid_draws_the
             assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
             page.click('#grid-filter button[data-state="draining"]')
             assert page.get_attribute("#grid-racks", "data-show") == "draining"
+            assert page.locator("#grid-racks .cell:not(.faded)").count() == 2  # the two draining, the rest faded
             page.screenshot(path=str(artifacts / f"overview-16384-{name}.png"))
         finally:
             context.close()

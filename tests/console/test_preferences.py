@@ -4,8 +4,6 @@ from datetime import UTC, datetime
 
 import pytest
 import time_machine
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
 from incidents.models import Incident, Preference
 
@@ -34,7 +32,7 @@ def test_times_are_utc_until_a_person_chooses_a_zone_and_then_say_theirs(client,
         assert "12:00:00 UTC" in html
         page = client.get("/preferences")
         assert page.status_code == 200 and '<option value="UTC" selected>' in page.content.decode()
-        saved = client.post("/preferences/save", {"time_zone": "Asia/Kolkata", "next": "/incidents/"})
+        saved = client.post("/preferences/save", {"time_zone": "Asia/Kolkata", "back": "/incidents/"})
         assert saved.status_code == 302 and saved.url == "/incidents/"
         assert Preference.objects.get(user=ana).time_zone == "Asia/Kolkata"
         html = client.get("/incidents/").content.decode()
@@ -43,13 +41,22 @@ def test_times_are_utc_until_a_person_chooses_a_zone_and_then_say_theirs(client,
         assert "times in Asia/Kolkata" in timeline
 
 
-def test_the_zone_is_read_once_a_session_and_follows_the_person(client, ana):
-    Preference.objects.create(user=ana, time_zone="America/New_York")
-    client.force_login(ana)  # a new session: signing in reads the zone into it
-    with time_machine.travel(NOW, tick=False), CaptureQueriesContext(connection) as queries:
-        assert "08:00:00 EDT" in client.get("/incidents/").content.decode()
-        assert client.session["time_zone"] == "America/New_York"
-    assert not any("incidents_preference" in query["sql"] for query in queries.captured_queries)
+def test_a_zone_saved_on_one_device_holds_on_the_others_next_page(client, ana):
+    from django.test import Client
+
+    laptop = Client()
+    laptop.force_login(ana)
+    with time_machine.travel(NOW, tick=False):
+        assert "12:00:00 UTC" in laptop.get("/incidents/").content.decode()
+        client.post("/preferences/save", {"time_zone": "America/New_York"})  # on the phone
+        assert "08:00:00 EDT" in laptop.get("/incidents/").content.decode()
+
+
+def test_a_stored_zone_this_machine_does_not_know_reads_as_utc(client, ana):
+    Preference.objects.create(user=ana, time_zone="Mars/Olympus")
+    with time_machine.travel(NOW, tick=False):
+        assert "12:00:00 UTC" in client.get("/incidents/").content.decode()
+    assert '<option value="UTC" selected>' in client.get("/preferences").content.decode()  # not the list's first
 
 
 def test_an_unknown_zone_is_refused_with_the_field_and_nothing_saved(client, ana):
@@ -59,7 +66,7 @@ def test_an_unknown_zone_is_refused_with_the_field_and_nothing_saved(client, ana
 
 
 def test_an_outside_next_is_not_followed(client, ana):
-    response = client.post("/preferences/save", {"time_zone": "UTC", "next": "https://evil.example/"})
+    response = client.post("/preferences/save", {"time_zone": "UTC", "back": "https://evil.example/"})
     assert response.status_code == 302 and response.url == "/preferences"
 
 

@@ -20,6 +20,7 @@ from runs.domain.hostlist import expand, fold
         (["gpu-2", "gpu-10", "login", "a"], "a,gpu-[2,10],login"),  # natural order; no digits, as it is
         (["odd[1]", "odd2"], "odd2,odd[1]"),  # a name with the notation's own characters stays as it is
         (["node1.ib", "node2.ib"], "node[1-2].ib"),  # a suffix after the number
+        (["gpu-1329", "gpu-01329"], "gpu-01329,gpu-1329"),  # one number, two names: ordered by the name too
     ],
 )
 def test_fold_writes_what_slurm_writes(names, folded):
@@ -69,3 +70,16 @@ def test_expanding_a_folded_list_gives_the_same_hosts(names):
     folded = fold(names)
     assert sorted(expand(folded)) == sorted(set(names))
     assert fold(expand(folded)) == folded
+
+
+def test_a_page_lists_the_hosts_as_named_whatever_their_characters():
+    """The page's list comes from the names, never from the folded text read back: odd[x] is not a pattern, a,b is
+    one host, and two alerts on one node count one host."""
+    from django.template import Context, Template
+
+    names = ["odd[x]", "a,b", "gpu-01", "gpu-02", "gpu-01", "x/y"]
+    html = Template("{% load hostlist_tags %}{% hosts names %}").render(Context({"names": names}))
+    assert "(5)" in html
+    for href in ("/nodes/odd%5Bx%5D", "/nodes/a%2Cb", "/nodes/gpu-01", "/nodes/x%2Fy"):
+        assert f'href="{href}"' in html
+    assert "gpu-[01-02]" in html

@@ -470,7 +470,10 @@ def test_the_board_acknowledges_the_ticked_incidents_each_on_its_own_timeline(on
     assert f'name="ids" value="{first.pk}"' in html and f'name="one" value="{first.pk}"' in html
     assert f'name="ids" value="{third.pk}"' not in html  # acknowledged already: nothing to tick
     response = oncall.post("/incidents/acknowledge", {"ids": [first.pk, second.pk, third.pk]}, HTTP_HX_REQUEST="true")
-    assert response.status_code == 200 and 'id="incident-list"' in response.content.decode()
+    html = response.content.decode()
+    assert response.status_code == 200 and 'id="incident-list"' in html
+    assert f"Acknowledged #{first.pk}, #{second.pk}." in html
+    assert f"#{third.pk} already acknowledged or closed by someone else: left as they were." in html
     for incident in (first, second):
         incident.refresh_from_db()
         assert incident.status == "acknowledged" and incident.commander.get_username() == "ana"
@@ -488,7 +491,12 @@ def test_one_rows_button_acknowledges_that_incident_only(oncall, db):
 
 @pytest.mark.parametrize(
     ("data", "reason"),
-    [({}, "tick at least one"), ({"ids": ["1", "x"]}, "whole numbers"), ({"ids": ["1"] * 201}, "up to 200")],
+    [
+        ({}, "tick at least one"),
+        ({"ids": ["1", "x"]}, "whole numbers"),
+        ({"ids": ["\u00b2"]}, "whole numbers"),  # a superscript two is a digit to str.isdigit, not to int()
+        ({"ids": ["1"] * 201}, "up to 200"),
+    ],
 )
 def test_a_bulk_acknowledge_without_incidents_says_why(oncall, db, data, reason):
     response = oncall.post("/incidents/acknowledge", data)
