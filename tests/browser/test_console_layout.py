@@ -78,6 +78,8 @@ def demo(oncall_user):
         f"/reports/{WeeklyReport.objects.get().pk}": "report",
         "/events/quarantined": "quarantine",
         "/search?q=gpu": "search",
+        "/search": "search hint",
+        "/preferences": "preferences",
     }
 
 
@@ -99,8 +101,11 @@ def test_every_page_fits_the_screen_and_passes_axe(chromium, live_server, oncall
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
     page.on("pageerror", lambda error: errors.append(str(error)))
     try:
-        log_in(page, live_server, "/", oncall_user)
         problems = {}
+        found = _check(page, live_server, "/login/", errors)  # the one page before signing in
+        if found:
+            problems["/login/"] = found
+        log_in(page, live_server, "/", oncall_user)
         for path, name in demo.items():
             found = _check(page, live_server, path, errors)
             if found:
