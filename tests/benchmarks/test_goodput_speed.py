@@ -1,10 +1,8 @@
 """The full simulated run in PostgreSQL: the load, GET /api/v1/runs/{name}/goodput, the engine alone, and Google's
 ml-goodput-measurement on the same run (issue bounds: API < 200 ms, engine < 20 ms, within 0.5 goodput points)."""
 
-import gc
 import statistics
 import tempfile
-import time
 
 import pytest
 from django.db import connection
@@ -16,7 +14,7 @@ from runs import selectors
 from runs.domain import goodput
 from runs.models import Event, Run
 
-from .conftest import CONFIG, api_token, report, say
+from .conftest import CONFIG, api_token, report, say, timed
 
 API_BOUND_MS = 200
 ENGINE_BOUND_MS = 20
@@ -36,24 +34,6 @@ def _ms(samples: list[float]) -> tuple[float, float]:
 
 def _share(value: float, bound: float) -> str:
     return f"{100 * value / bound:.0f}% of the bound"
-
-
-def _timed(call, times: int) -> list[float]:
-    # Garbage left by the setup (the whole stream was built in this process) is collected before the clock runs, and
-    # what stays (the stream and its timeline, ~80,000 events a server process never holds) is frozen out of later
-    # collections: a full collection walking it landed in a request now and then (p95 of the goodput API 187-285 ms
-    # on fresh loads, median 47-83 ms), timing this process's heap rather than the request.
-    gc.collect()
-    gc.freeze()
-    try:
-        samples = []
-        for _ in range(times):
-            started = time.perf_counter()
-            call()
-            samples.append(time.perf_counter() - started)
-        return samples
-    finally:
-        gc.unfreeze()
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +68,7 @@ def test_goodput_api(run, timeline):
     for _ in range(3):  # warm: connection, URL resolver, first imports
         assert client.get(url).status_code == 200
     responses = []
-    samples = _timed(lambda: responses.append(client.get(url)), API_CALLS)
+    samples = timed(lambda: responses.append(client.get(url)), API_CALLS)
     assert all(r.status_code == 200 for r in responses)
     with CaptureQueriesContext(connection) as queries:
         body = client.get(url).json()
@@ -112,10 +92,10 @@ def test_goodput_api(run, timeline):
 
 def test_engine(run, timeline):
     window = {"since": run.started_at, "until": run.ended_at, "now": timezone.now()}
-    fetch = _ms(_timed(lambda: selectors.run_timeline_get(run=run), 10))[0]
-    engine = _ms(_timed(lambda: goodput.breakdown_and_daily(timeline, **window), ENGINE_CALLS))[0]
+    fetch = _ms(timed(lambda: selectors.run_timeline_get(run=run), 10))[0]
+    engine = _ms(timed(lambda: goodput.breakdown_and_daily(timeline, **window), ENGINE_CALLS))[0]
     separately = _ms(
-        _timed(lambda: (goodput.breakdown(timeline, **window), goodput.daily(timeline, **window)), ENGINE_CALLS)
+        timed(lambda: (goodput.breakdown(timeline, **window), goodput.daily(timeline, **window)), ENGINE_CALLS)
     )[0]
     report("selector: run_timeline_get (2 queries), median", f"{fetch:.1f} ms")
     report(
@@ -163,12 +143,12 @@ def test_ml_goodput_measurement(run, timeline):
         + f"; detection + rescheduling + rewound {share['detection'] + share['rescheduling'] + share['rewound']:.3f}"
     )
 
-    cold = _ms(_timed(lambda: mlgoodput.job_goodput(mapped, job_name=job), LIBRARY_COLD_CALLS))[0]
+    cold = _ms(timed(lambda: mlgoodput.job_goodput(mapped, job_name=job), LIBRARY_COLD_CALLS))[0]
     with tempfile.TemporaryDirectory(prefix="mlgoodput-") as cache_dir:
         calculator = mlgoodput.warm_calculator(mapped, job_name=job, cache_dir=cache_dir)
-        warm = _ms(_timed(calculator._get_current_productive_and_unproductive_time, LIBRARY_WARM_CALLS))[0]
-    engine_total = _ms(_timed(lambda: goodput.breakdown(timeline, **window), ENGINE_CALLS))[0]
-    engine_series = _ms(_timed(lambda: goodput.breakdown_and_daily(timeline, **window), ENGINE_CALLS))[0]
+        warm = _ms(timed(calculator._get_current_productive_and_unproductive_time, LIBRARY_WARM_CALLS))[0]
+    engine_total = _ms(timed(lambda: goodput.breakdown(timeline, **window), ENGINE_CALLS))[0]
+    engine_series = _ms(timed(lambda: goodput.breakdown_and_daily(timeline, **window), ENGINE_CALLS))[0]
 
     report("goodput: FleetOps engine", f"{ours_points:.4f} %")
     report(

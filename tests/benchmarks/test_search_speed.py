@@ -11,7 +11,6 @@ incident is resolved, which the load never does. Every incident's postmortem is 
 real service, inside a transaction rolled back at the end: the database is left as it was loaded.
 """
 
-import gc
 import statistics
 import time
 
@@ -29,7 +28,7 @@ from incidents.postmortems.services import postmortem_draft
 from incidents.services import FLEETOPS
 from runs.models import Node, Run
 
-from .conftest import report, say
+from .conftest import report, say, timed
 
 BOUND_MS = 200  # p95 of the whole request, each query (issue 20)
 CALLS = 30
@@ -41,22 +40,6 @@ def _ms(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
     return statistics.median(ordered) * 1000, p95 * 1000
-
-
-def _timed(call, times: int) -> list[float]:
-    # As in test_goodput_speed: the simulated stream this process holds is frozen out of the garbage collector, so
-    # that a full collection walking it does not land in a request.
-    gc.collect()
-    gc.freeze()
-    try:
-        samples = []
-        for _ in range(times):
-            started = time.perf_counter()
-            call()
-            samples.append(time.perf_counter() - started)
-        return samples
-    finally:
-        gc.unfreeze()
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +88,7 @@ def _request_ms(client: Client, params: dict, **headers) -> tuple[float, float]:
     for _ in range(3):  # warm: templates, the URL resolver, the planner's first look at each table
         assert client.get("/search", params, **headers).status_code == 200
     responses = []
-    samples = _timed(lambda: responses.append(client.get("/search", params, **headers)), CALLS)
+    samples = timed(lambda: responses.append(client.get("/search", params, **headers)), CALLS)
     assert all(r.status_code == 200 for r in responses)
     return _ms(samples)
 
@@ -123,8 +106,8 @@ def test_search_speed(viewer, queries, drafted):
         query = query_parse(text)
         full = search_get(query=query)
         assert full.full_text, "the benchmarks run on PostgreSQL: full-text search expected"
-        selector = _ms(_timed(lambda query=query: search_get(query=query), CALLS))
-        plain = _ms(_timed(lambda query=query: search_get(query=query, full_text=False), CALLS))
+        selector = _ms(timed(lambda query=query: search_get(query=query), CALLS))
+        plain = _ms(timed(lambda query=query: search_get(query=query, full_text=False), CALLS))
         with CaptureQueriesContext(connection) as captured:
             viewer.get("/search", {"q": text})
         counts = ", ".join(f"{g.kind} {g.total}" for g in full.groups)
