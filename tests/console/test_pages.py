@@ -182,3 +182,10 @@ def test_the_run_and_fleet_pages_write_figures_in_one_format(oncall, record, set
     # (the template's `add` made them ints first: 0 + 2 + 0 + 3 = 5).
     assert '<p class="big">7.4 <span class="muted">GPU-h</span>' in fleet
     assert '<p class="big">32</p>' in fleet and "24.5 productive" in fleet
+
+
+def test_the_overviews_live_refresh_answers_its_figures_only(oncall):
+    """The overview's figures refresh every 10 s (issue 20): that poll answers them alone, not the run table."""
+    html = oncall.get("/?part=live", HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="fleet-live"' in html and 'hx-trigger="every 10s"' in html
+    assert 'id="run-table"' not in html and 'id="node-grid"' not in html
