@@ -80,4 +80,3 @@ def test_the_weekly_report_stays_in_utc_whatever_the_readers_zone(client, ana):
     assert "2026-06-22 12:00 – 2026-06-29 12:00 UTC" in html  # not 21:00, Tokyo's
     listed = client.get("/reports/").content.decode()
     assert "2026-06-22 – 2026-06-29" in listed and "2026-07-01 12:00" in listed  # generated at NOW, in UTC
-
