@@ -16,7 +16,7 @@ from runs.api import serializers as s
 from runs.api.auth import EventsWriteScope
 from runs.api.base import EventsOutOfBounds, InvalidEvents, over_quota
 from runs.domain import trust
-from runs.domain.cloudevents import parse_events
+from runs.domain.cloudevents import binary_event, parse_events
 from runs.models import Node, Run
 from runs.quotas import quota_return, quota_take
 
@@ -33,6 +33,36 @@ class CloudEventsBatchParser(EventsJSONParser):
     media_type = "application/cloudevents-batch+json"
 
 
+_STRUCTURED = (CloudEventsParser.media_type, CloudEventsBatchParser.media_type)
+_BINARY_JSON = ("", "application/json", "text/plain")
+
+
+def _binary_mode_event(request) -> dict | None:
+    """The event of a binary-mode request, in structured form; None for structured and batched mode.
+
+    The HTTP binding (1.0.2, section 3.1) tells the modes apart by Content-Type: a CloudEvents media type is structured
+    (or batched), anything else is binary. FleetOps has taken structured events as plain application/json from the
+    start, so a request is binary only when it carries the `ce-specversion` header every binary message has. Its data
+    must be JSON, as every FleetOps event's is: Content-Type application/json, a `+json` type, or none (the official
+    SDK sends none for a dict). A missing Content-Type reaches us as text/plain from some WSGI servers (wsgiref, so
+    `manage.py runserver`, fills in RFC 2045's default), so text/plain is read as JSON too: a body that is not JSON
+    still gets 400 saying so."""
+    media_type = request.content_type.split(";")[0].strip().lower()
+    if "HTTP_CE_SPECVERSION" not in request.META or media_type in _STRUCTURED:
+        return None
+    if media_type not in _BINARY_JSON and not media_type.endswith("+json"):
+        raise exceptions.UnsupportedMediaType(
+            media_type, f'Unsupported media type "{media_type}": binary-mode data must be JSON (application/json).'
+        )
+    stream = request.stream
+    data = EventsJSONParser().parse(stream) if stream is not None else None
+    headers = [(key[5:].replace("_", "-"), value) for key, value in request.META.items() if key.startswith("HTTP_CE_")]
+    event, problems = binary_event(headers, data, media_type)
+    if problems:
+        raise InvalidEvents(problems)
+    return event
+
+
 @extend_schema(
     request=s.CloudEventSerializer(many=True),
     responses={
@@ -44,7 +74,12 @@ class CloudEventsBatchParser(EventsJSONParser):
         413: s.ErrorSerializer,
     },
     summary="Post one CloudEvent or a batch",
-    description="Structured-mode CloudEvents 1.0. A batch is all-or-nothing; (source, id) repeats are duplicates.",
+    description=(
+        "CloudEvents 1.0 over HTTP in any of its three modes: structured (one event as JSON, application/json or "
+        "application/cloudevents+json), batched (a JSON array, application/cloudevents-batch+json or "
+        "application/json) and binary (the attributes as ce-* headers, ce-specversion among them, the data as a JSON "
+        "body). A batch is all-or-nothing; (source, id) repeats are duplicates."
+    ),
 )
 @api_view(["POST"])
 @permission_classes([EventsWriteScope])
@@ -53,7 +88,9 @@ def events_create(request):
     length = request.META.get("CONTENT_LENGTH") or "0"
     if not length.isdigit():
         raise exceptions.ParseError("Content-Length must be a whole number of bytes.")
-    events, problems = parse_events(request.data, max_batch=settings.EVENTS_MAX_BATCH)
+    binary = _binary_mode_event(request)
+    body = request.data if binary is None else binary
+    events, problems = parse_events(body, max_batch=settings.EVENTS_MAX_BATCH)
     if problems:
         raise InvalidEvents(problems)
     bounds = request.auth.bounds()

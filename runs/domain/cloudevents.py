@@ -1,14 +1,17 @@
-"""Validation of CloudEvents 1.0 (structured JSON mode) and of FleetOps' event types, version 1.
+"""Validation of CloudEvents 1.0 (structured, batched and binary HTTP modes) and of FleetOps' event types, version 1.
 
 Pure: no Django import. `parse_events` turns a decoded JSON body into validated events or a list of
 problems, each naming the event's index, the field and the reason, so that a batch can be refused
-whole with an answer the sender can act on.
+whole with an answer the sender can act on. `binary_event` turns a binary-mode request's ce-* headers and
+body into the same structured event, so every mode goes through the same checks.
 """
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import unquote
 
 from runs.domain.taxonomy import Cause, cause_named
 
@@ -415,3 +418,39 @@ def parse_events(body: Any, *, max_batch: int) -> tuple[list[CloudEvent], list[P
         seen[key] = index
         events.append(event)
     return (events if not problems else []), problems
+
+
+# --- The HTTP binding's binary content mode (CloudEvents HTTP Protocol Binding 1.0.2, section 3.1) -------------------
+
+CE_HEADER_PREFIX = "ce-"
+_BODY_ATTRIBUTES = ("data", "data_base64", "datacontenttype")  # never from a header: the body and Content-Type say
+_HEADER_VALUE = re.compile(r"^[\x20-\x7e]*\Z")
+
+
+def binary_event(headers: Iterable[tuple[str, str]], data: Any, content_type: str) -> tuple[dict, list[Problem]]:
+    """The structured form of a binary-mode event, and the problems of its headers: each `ce-<name>` header is the
+    attribute <name>, its value percent-decoded (section 3.1.3.2: a sender percent-encodes space, '"', '%' and every
+    character beyond printable ASCII, as its UTF-8 bytes), the decoded body is `data` (absent when the body was empty)
+    and Content-Type is `datacontenttype`.
+
+    `headers` are (name, value) pairs, names in any case. The event goes through `parse_events` like a structured
+    one, so both modes refuse the same things with the same problems."""
+    event: dict[str, Any] = {}
+    problems: list[Problem] = []
+    for name, value in headers:
+        name = name.lower()
+        attribute = name[len(CE_HEADER_PREFIX) :] if name.startswith(CE_HEADER_PREFIX) else ""
+        if not attribute or attribute in _BODY_ATTRIBUTES:
+            continue
+        if not _HEADER_VALUE.match(value):
+            problems.append(Problem(0, attribute, f"the {name} header must be percent-encoded printable ASCII"))
+            continue
+        try:
+            event[attribute] = unquote(value, errors="strict")
+        except UnicodeDecodeError:
+            problems.append(Problem(0, attribute, f"the {name} header's percent-encoded bytes are not UTF-8"))
+    if data is not None:
+        event["data"] = data
+    if content_type:
+        event["datacontenttype"] = content_type
+    return event, problems
