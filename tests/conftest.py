@@ -10,8 +10,9 @@ from rest_framework.test import APIClient
 from fleetops.celery import app as celery_app
 from runs.models import ApiToken
 
-# The postgres, broker and worker fixtures; the real Slurm cluster; the access tests' world.
-pytest_plugins = ["tests.services", "tests.slurm", "tests.access_policy"]
+# The postgres, broker and worker fixtures; the real Slurm cluster; the access tests' world; a real Prometheus and
+# Alertmanager.
+pytest_plugins = ["tests.services", "tests.slurm", "tests.access_policy", "tests.promstack"]
 
 # Tests apply events in-process; the service tests start a real worker and turn this off themselves.
 celery_app.conf.task_always_eager = True
