@@ -31,3 +31,16 @@ def task_named(name: str):
         for module in app.conf.imports:
             importlib.import_module(module)
     return app.tasks[name]
+
+
+def queue_depths(queues: list[str], *, timeout_s: float = 1.0) -> dict[str, int] | None:
+    """Messages waiting in each queue, as the broker's own transport counts them (a Redis list's length, the
+    embedded broker's files); None when the broker does not answer within `timeout_s`."""
+    try:
+        with app.pool.acquire(block=True, timeout=timeout_s) as connection:  # pooled: a scrape opens no connection
+            connection.ensure_connection(max_retries=1, timeout=timeout_s, interval_start=0, interval_step=0)
+            channel = connection.default_channel
+            # kombu's virtual transports (Redis, filesystem) count a queue with _size; declare() would create it.
+            return {name: int(channel._size(name)) for name in queues}
+    except Exception:  # noqa: BLE001 -- an unreachable or failing broker is a figure (broker_up 0), not an error page
+        return None

@@ -394,6 +394,13 @@ SLURM_TIMEOUT_S = env.float("SLURM_TIMEOUT_S", default=30.0)
 SIMULATED_CLUSTER_DELAY_S = env.float("SIMULATED_CLUSTER_DELAY_S", default=0.0)
 # What a GPU-hour costs, for the incident's cost per minute.
 GPU_HOUR_COST_USD = env.float("GPU_HOUR_COST_USD", default=2.5)
+
+# /metrics (fleetops/console/metrics.py): the whole answer is kept this long, a scrape inside it costs nothing; the
+# 24 h goodput of every run, the one costly figure, is kept longer. Events are counted up to those received
+# METRICS_EVENTS_SETTLE_S ago: an intake transaction still open after that would be missed by the counters.
+METRICS_CACHE_S = env.float("METRICS_CACHE_S", default=10.0)
+METRICS_GOODPUT_CACHE_S = env.float("METRICS_GOODPUT_CACHE_S", default=60.0)
+METRICS_EVENTS_SETTLE_S = env.float("METRICS_EVENTS_SETTLE_S", default=30.0)
 # Severity by cost as well (docs/DOMAIN.md section 6): SEV1 and SEV2 from this many dollars a minute burning. Unset,
 # GPUs idled grade alone (at one price a dollar threshold is a GPU threshold); set them where GPU prices differ.
 INCIDENT_SEV1_USD_PER_MIN = env.float("INCIDENT_SEV1_USD_PER_MIN", default=None)

@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from incidents.domain.response import IncidentTimes, response_metrics
-from incidents.models import Alert, Incident, PlaybookExecution, Preference, TimelineEntry
+from incidents.models import Alert, Delivery, Incident, PlaybookExecution, Preference, TimelineEntry
 from runs.domain import goodput, hostlist
 from runs.models import Interruption, Node, Run
 from runs.selectors import FlaggedNode, run_costs_get, runs_heard_until_get
@@ -221,6 +221,12 @@ class BoardPage:
         return cost_per_minute_usd(self.gpus_idle)
 
 
+def gpus_idle_get(*, incidents: list[Incident], burning: set[int]) -> int:
+    """GPUs idle now: the GPUs of each open incident's run that burns (incidents_burning_get), added up. The board's,
+    the overview's and /metrics' figure."""
+    return sum(i.run.gpu_count for i in incidents if i.pk in burning)
+
+
 def cost_per_minute_usd(gpus_idle: int) -> float:
     """What idle GPUs cost a minute (GPU_HOUR_COST_USD): an incident's burn, and the fleet's on the overview."""
     return gpus_idle / 60 * settings.GPU_HOUR_COST_USD
@@ -282,7 +288,7 @@ def incident_board_get(*, first: int, size: int, now: datetime, **filters) -> Bo
     return BoardPage(
         [(name, shown, totals[name]) for name, shown in groups.items()],
         len(opened) + closed_total,
-        gpus_idle=sum(burn(i) for i in opened),
+        gpus_idle=gpus_idle_get(incidents=opened, burning=burning),
         summary=_summary(opened, burning) if unfiltered else None,
     )
 
@@ -359,9 +365,14 @@ def _with_runs(incidents: list[Incident]) -> list[Incident]:
     return incidents
 
 
+def open_incidents_get() -> list[Incident]:
+    """Every open incident, each with its run."""
+    return _with_runs(list(Incident.objects.filter(status__in=Incident.OPEN)))
+
+
 def open_incidents_summary(*, now: datetime | None = None) -> OpenSummary:
     """The nav badge's figures: what needs a person, out of what is open (the board's first group, one rule)."""
-    opened = _with_runs(list(Incident.objects.filter(status__in=Incident.OPEN)))
+    opened = open_incidents_get()
     return _summary(opened, incidents_burning_get(incidents=opened, now=now or timezone.now()))
 
 
@@ -549,6 +560,18 @@ def response_metrics_get(*, since: datetime, until: datetime) -> dict:
         )
     ]
     return response_metrics(times, since=since, until=until)
+
+
+def playbook_counts_get() -> list[tuple[str, str, bool, int]]:
+    """(playbook, status, dry_run, how many executions): /metrics' playbook outcomes."""
+    rows = PlaybookExecution.objects.order_by().values_list("playbook", "status", "dry_run")
+    return [tuple(row) for row in rows.annotate(n=Count("id")).order_by("playbook", "status", "dry_run")]
+
+
+def delivery_counts_get() -> list[tuple[str, str, int]]:
+    """(endpoint name, status, how many deliveries): /metrics' webhook delivery figures."""
+    rows = Delivery.objects.order_by().values_list("endpoint__name", "status").annotate(n=Count("id"))
+    return [tuple(row) for row in rows.order_by("endpoint__name", "status")]
 
 
 def lemon_nodes_get(*, limit: int = 20) -> tuple[int, list[FlaggedNode]]:

@@ -339,6 +339,7 @@ class ApiToken(models.Model):
         EVENTS_WRITE = "events:write"
         READ = "read"
         INCIDENTS_WRITE = "incidents:write"
+        METRICS_READ = "metrics:read"  # GET /metrics only: what a Prometheus server is given
 
     PREFIX = "fo_"
 

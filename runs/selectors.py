@@ -147,6 +147,64 @@ def events_quarantined_count() -> int:
     return Event.objects.filter(quarantined_at__isnull=False).count()
 
 
+@dataclass(frozen=True)
+class EventsAccepted:
+    """Events accepted by type, counted up to event id `through` (retention's pruned ones in their rollups)."""
+
+    through: int
+    by_type: dict[str, int]
+
+
+def events_accepted_get(*, since: EventsAccepted | None, settle_s: float, now: datetime) -> EventsAccepted:
+    """Every event accepted, by type: `since`'s counts plus the events stored after its id that were received more
+    than `settle_s` ago, or, without `since`, the whole log plus the rollups of what retention pruned.
+
+    Counting on from the last count keeps each read to the newest events (a count of the whole log is seconds at
+    millions of rows). Ids are taken in insert order but committed in any order, so the count stops short of the
+    last `settle_s`: an intake transaction still open that long after its insert would be missed (one holds a batch
+    for well under a second); none is counted twice."""
+    cutoff = now - timedelta(seconds=settle_s)
+    events = Event.objects.order_by()
+    if since is None:
+        through = events.filter(received_at__lte=cutoff).aggregate(last=Max("id"))["last"] or 0
+        counts = dict(events.filter(id__lte=through).values_list("type").annotate(n=Count("id")))
+        for type_, n in EventRollup.objects.order_by().values_list("type").annotate(n=Sum("count")):
+            counts[type_] = counts.get(type_, 0) + n
+        return EventsAccepted(through, counts)
+    newer = events.filter(id__gt=since.through)
+    through = newer.filter(received_at__lte=cutoff).aggregate(last=Max("id"))["last"] or since.through
+    counts = dict(since.by_type)
+    for type_, n in newer.filter(id__lte=through).values_list("type").annotate(n=Count("id")):
+        counts[type_] = counts.get(type_, 0) + n
+    return EventsAccepted(through, counts)
+
+
+@dataclass(frozen=True)
+class EventsUnapplied:
+    waiting: dict[str, int]  # by type: accepted, not applied yet
+    quarantined: dict[str, int]  # by type: failed to apply, out of the record until replayed
+    settled_waiting: dict[str, int]  # of the waiting, those with an id up to `through`
+    settled_quarantined: dict[str, int]
+    oldest_waiting_at: datetime | None  # when the oldest waiting one was received: the apply lag's start
+
+
+def events_unapplied_get(*, through: int) -> EventsUnapplied:
+    """The events not (yet) in the record, from the partial indexes that hold only them; the `settled_` counts are
+    those with an id up to `through` (events_accepted_get's), so that accepted minus them is what was applied."""
+    waiting = Event.objects.order_by().filter(applied_at__isnull=True)  # a quarantined event is marked applied
+    quarantined = Event.objects.order_by().filter(quarantined_at__isnull=False)
+    counts = {"n": Count("id"), "settled": Count("id", filter=Q(id__lte=through))}
+    waiting_rows = list(waiting.values_list("type").annotate(**counts))
+    quarantined_rows = list(quarantined.values_list("type").annotate(**counts))
+    return EventsUnapplied(
+        waiting={type_: n for type_, n, _ in waiting_rows},
+        quarantined={type_: n for type_, n, _ in quarantined_rows},
+        settled_waiting={type_: settled for type_, _, settled in waiting_rows},
+        settled_quarantined={type_: settled for type_, _, settled in quarantined_rows},
+        oldest_waiting_at=waiting.order_by("id").values_list("received_at", flat=True).first(),
+    )
+
+
 def node_recent_events(*, node: Node, limit: int = 50) -> list[Event]:
     return list(Event.objects.filter(node_name=node.hostname).order_by("-time", "-id")[:limit])
 
@@ -428,10 +486,8 @@ def run_advice_inputs_get(
     M is the whole fleet's, up to `now`, and is computed each time (two small queries)."""
     measured = run_record_cached(run=run, version=version, part="advice", compute=lambda: _run_measured_costs(run))
     rate = fleet_failure_rate_get(now=now)
-    measured_mtbf, mtbf_range = None, None
-    if rate is not None and rate.failures and run.gpu_count:
-        # At least the advisor's resolution: 2^31 - 1 GPUs at a high fleet rate would fail more often than that.
-        measured_mtbf = max(advisor.job_mtbf_s(rate_per_gpu_hour=rate.rate, gpus=run.gpu_count), advisor.MIN_COST_S)
+    measured_mtbf, mtbf_range = run_mtbf_s(run=run, rate=rate), None
+    if measured_mtbf is not None:
         mtbf_range = advisor.job_mtbf_range_s(estimate=rate, gpus=run.gpu_count)
     values = {
         "delta_s": delta_s if delta_s is not None else measured[0],
@@ -451,6 +507,15 @@ def run_advice_inputs_get(
         mtbf_range_s=mtbf_range,
         as_of=now,
     )
+
+
+def run_mtbf_s(*, run: Run, rate: advisor.RateEstimate | None) -> float | None:
+    """The run's job MTBF M: the fleet's per-GPU failure rate (fleet_failure_rate_get) scaled to its GPUs; None before
+    the fleet has failed once. The advisor's M and /metrics' fleetops_job_mtbf_seconds."""
+    if rate is None or not rate.failures or not run.gpu_count:
+        return None
+    # At least the advisor's resolution: 2^31 - 1 GPUs at a high fleet rate would fail more often than that.
+    return max(advisor.job_mtbf_s(rate_per_gpu_hour=rate.rate, gpus=run.gpu_count), advisor.MIN_COST_S)
 
 
 def _run_measured_costs(run: Run) -> tuple[float | None, float | None]:

@@ -77,8 +77,16 @@ API_INTAKE = policy(401, 403, 403, 403, 200, 403, 403)
 API_PAGERDUTY = policy(401, 401, 401, 401, 202, 403, 403)
 
 
+# /metrics: only a token with the metrics:read scope (test_metrics.py); no session, no other scope.
+METRICS = policy(401, 401, 401, 401, 403, 403, 403)
+
+
 # Incident API actions: incidents:write tokens or the oncall role.
 API_ACT = policy(401, 403, 200, 200, 403, 403, 200)
+
+
+# The same, where the state machine refuses what is asked (409).
+API_ACT_CONFLICT = policy(401, 403, 409, 409, 403, 403, 409)
 
 
 @dataclass(frozen=True)
@@ -122,6 +130,7 @@ TABLE = [
     Row("GET", "preferences", PAGE),
     Row("POST", "preferences-save", SIGNED_IN_POST_302, data={"time_zone": "UTC"}),
     Row("GET", "search", PAGE, query="q=gpu"),
+    Row("GET", "metrics", METRICS),
     # --- Pages (incidents) ---
     Row("GET", "incident-board", PAGE),
     Row("GET", "incident-open-count", PAGE),
@@ -188,6 +197,7 @@ TABLE = [
     Row("POST", "incident-acknowledge", API_ACT, INCIDENT, api=True),
     Row("POST", "incident-notes", API_ACT, INCIDENT, {"text": "draining n2"}, api=True),
     Row("POST", "incident-resolve", API_ACT, INCIDENT, {"override_reason": "replaced by hand"}, api=True),
+    Row("POST", "incident-reopen", API_ACT_CONFLICT, INCIDENT, {"reason": "back"}, api=True),  # it is not resolved
     Row("POST", "intake-alertmanager", API_INTAKE, data={"alertmanager": "@alertmanager"}, api=True),
     Row("POST", "intake-pagerduty", API_PAGERDUTY, data={"pagerduty": "@pagerduty"}, api=True),
 ]

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from fleetops.console import node_page, overview, preferences, run_page
+from fleetops.console import metrics, node_page, overview, preferences, run_page
 from fleetops.console.search import views as search
 
 urlpatterns = [
@@ -11,4 +11,5 @@ urlpatterns = [
     path("search", search.search, name="search"),
     path("preferences", preferences.preferences, name="preferences"),
     path("preferences/save", preferences.preferences_save, name="preferences-save"),
+    path("metrics", metrics.metrics, name="metrics"),
 ]

@@ -1,0 +1,181 @@
+"""GET /metrics: Prometheus' text format, its own token scope, and figures that agree with the API and the pages."""
+
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.core.cache import cache
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
+
+from fleetops.console import metrics
+from incidents import selectors as incident_selectors
+from incidents.models import Incident, PlaybookExecution
+from runs.models import Event, EventRollup
+from tests.conftest import make_token
+from tests.stories import at, failure_and_restart
+
+
+def scrape(token: str) -> dict[tuple[str, tuple], float]:
+    """{(sample name, sorted labels): value} of one scrape."""
+    response = Client().get("/metrics", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"].startswith("text/plain; version=0.0.4")
+    samples = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def fresh_scrape(token: str) -> dict:
+    cache.delete_many([metrics.TEXT_KEY, metrics.GOODPUT_KEY])
+    return scrape(token)
+
+
+@pytest.fixture
+def token(db) -> str:
+    return make_token("prometheus", ["metrics:read"])
+
+
+@pytest.fixture
+def live_run(post, settings):
+    """The failure-and-restart story up to +100 min: r1 running on its second attempt, an Xid 79 incident open."""
+    settings.METRICS_EVENTS_SETTLE_S = 0.0
+    with time_machine.travel(at(100), tick=False):
+        post(failure_and_restart()[:-1])  # not the run.completed at +120
+
+
+@pytest.mark.parametrize(
+    ("authorization", "status"),
+    [(None, 401), ("Bearer fo_not-a-token", 401), ("Basic dXNlcjpwYXNz", 401), ("read", 403), ("events", 403)],
+)
+def test_only_a_token_with_the_metrics_scope_reads_it(db, authorization, status):
+    tokens = {"read": make_token("reader", ["read"]), "events": make_token("writer", ["events:write", "read"])}
+    header = f"Bearer {tokens[authorization]}" if authorization in tokens else authorization
+    response = Client().get("/metrics", headers={"Authorization": header} if header else {})
+    assert response.status_code == status
+    assert "detail" in response.json()
+    if status == 401:
+        assert response["WWW-Authenticate"] == "Bearer"
+
+
+def test_the_figures_are_the_apis_and_the_pages(live_run, token, reader):
+    with time_machine.travel(at(100), tick=False):
+        samples = scrape(token)
+        run = reader.get("/api/v1/runs/r1/goodput", {"since": "2026-02-28T01:40:00Z", "until": "2026-03-01T01:40:00Z"})
+        advice = reader.get("/api/v1/runs/r1/advice").json()
+        fleet = reader.get("/api/v1/fleet/goodput", {"since": "2026-02-28T01:40:00Z", "until": "2026-03-01T01:40:00Z"})
+        opened = incident_selectors.open_incidents_get()
+        board = incident_selectors.incident_board_get(first=0, size=50, now=at(100), open_only=True)
+    labels = (("cluster", "c1"), ("run", "r1"), ("window", "24h"))
+    run = run.json()
+    assert samples[("fleetops_run_goodput_ratio", labels)] == pytest.approx(run["goodput"])
+    assert 0 < run["goodput"] < 1
+    for stage, seconds in run["badput"].items():
+        key = ("fleetops_run_badput_seconds", tuple(sorted((*labels, ("stage", stage.removesuffix("_s"))))))
+        assert samples[key] == pytest.approx(seconds), stage
+    assert samples[("fleetops_fleet_goodput_ratio", (("window", "24h"),))] == pytest.approx(fleet.json()["goodput"])
+    assert samples[("fleetops_job_mtbf_seconds", (("cluster", "c1"), ("run", "r1")))] == pytest.approx(
+        advice["advice"]["mtbf_s"]
+    )
+    assert samples[("fleetops_gpus_idle", ())] == board.gpus_idle
+    assert samples[("fleetops_idle_cost_usd_per_minute", ())] == pytest.approx(board.cost_per_minute_usd)
+    assert opened, "the Xid 79 failure opened an incident"
+    for incident in opened:
+        key = ("fleetops_incidents_open", (("severity", incident.severity), ("state", incident.status)))
+        assert samples[key] == sum(1 for i in opened if (i.severity, i.status) == (incident.severity, incident.status))
+    assert sum(v for (name, _), v in samples.items() if name == "fleetops_incidents_open") == len(opened)
+    assert samples[("fleetops_incidents_needing_a_person", ())] == board.summary.needs_person
+
+
+def test_events_are_counted_by_type_accepted_applied_waiting_and_quarantined(live_run, token, post):
+    story = failure_and_restart()[:-1]
+    with time_machine.travel(at(100), tick=False):
+        samples = fresh_scrape(token)
+        for type_ in {e["type"] for e in story}:
+            n = sum(1 for e in story if e["type"] == type_)
+            assert samples[("fleetops_events_accepted_total", (("type", type_),))] == n, type_
+            assert samples[("fleetops_events_applied_total", (("type", type_),))] == n, type_
+        assert samples[("fleetops_apply_lag_seconds", ())] == 0
+        # One more step, stored but not applied (its on-commit apply never runs here), one quarantined.
+        Event.objects.create(
+            source="s", event_id="late", type="run.step", time=at(99), data={"run": "r1", "step": 7}, run_name="r1"
+        )
+        Event.objects.filter(type="node.heartbeat").update(quarantined_at=at(100), error="test")
+    with time_machine.travel(at(101), tick=False):
+        samples = fresh_scrape(token)
+    steps = sum(1 for e in story if e["type"] == "run.step")
+    assert samples[("fleetops_events_accepted_total", (("type", "run.step"),))] == steps + 1
+    assert samples[("fleetops_events_applied_total", (("type", "run.step"),))] == steps
+    assert samples[("fleetops_events_waiting", (("type", "run.step"),))] == 1
+    assert samples[("fleetops_apply_lag_seconds", ())] == 60
+    assert samples[("fleetops_events_quarantined", (("type", "node.heartbeat"),))] == 1
+    assert samples[("fleetops_events_applied_total", (("type", "node.heartbeat"),))] == 0
+    assert samples[("fleetops_events_accepted_total", (("type", "node.heartbeat"),))] == 1
+
+
+def test_the_event_counters_count_on_never_back_and_keep_what_retention_pruned(live_run, token, settings):
+    settings.METRICS_EVENTS_SETTLE_S = 30.0
+    with time_machine.travel(at(100, 31), tick=False):
+        first = fresh_scrape(token)
+        key = ("fleetops_events_accepted_total", (("type", "node.heartbeat"),))
+        assert first[key] == 1
+        Event.objects.filter(type="node.heartbeat").delete()  # pruned, as retention does, into a rollup
+        EventRollup.objects.create(
+            type="node.heartbeat", day=at(100).date(), node_name="n3", count=1, first_at=at(100), last_at=at(100)
+        )
+        Event.objects.create(source="s", event_id="hb", type="node.heartbeat", time=at(100), data={"node": "n3"})
+        assert fresh_scrape(token)[key] == 1, "received now: counted once it is 30 s old"
+    with time_machine.travel(at(101, 2), tick=False):
+        assert fresh_scrape(token)[key] == 2, "counted on from the last count, the pruned one still in"
+        cache.delete(metrics.EVENTS_KEY)
+        assert fresh_scrape(token)[key] == 2, "from scratch: the log plus the rollups"
+
+
+def test_playbook_outcomes_and_the_broker(live_run, token):
+    incident = Incident.objects.first()
+    for status, dry_run in (("succeeded", False), ("succeeded", False), ("failed", False), ("waiting_approval", True)):
+        PlaybookExecution.objects.create(
+            playbook="drain-and-replace",
+            definition=[],
+            incident=incident,
+            status=status,
+            dry_run=dry_run,
+            started_by="test",
+            started_at=at(99),
+        )
+    with time_machine.travel(at(100), tick=False):
+        samples = fresh_scrape(token)
+    outcome = "fleetops_playbook_outcomes_total"
+    assert samples[(outcome, (("dry_run", "false"), ("outcome", "succeeded"), ("playbook", "drain-and-replace")))] == 2
+    assert samples[(outcome, (("dry_run", "false"), ("outcome", "failed"), ("playbook", "drain-and-replace")))] == 1
+    active = ("fleetops_playbooks_active", (("playbook", "drain-and-replace"), ("state", "waiting_approval")))
+    assert samples[active] == 1
+    assert samples[("fleetops_broker_up", ())] == 1
+    assert samples[("fleetops_queue_depth", (("queue", "fleetops-ingest"),))] == 0
+
+
+def test_a_scrape_inside_the_cache_time_costs_no_query(live_run, token, django_assert_max_num_queries, settings):
+    with time_machine.travel(at(100), tick=False):
+        first = fresh_scrape(token)
+        Event.objects.create(source="s", event_id="x", type="run.step", time=at(99), data={"run": "r1", "step": 7})
+        with django_assert_max_num_queries(2):  # the token's row, and its last_used_at at most
+            assert scrape(token) == first
+    with time_machine.travel(at(100) + timedelta(seconds=settings.METRICS_CACHE_S + 1), tick=False):
+        waiting = scrape(token)[("fleetops_events_waiting", (("type", "run.step"),))]
+    assert waiting == 1
+
+
+def test_the_window_and_the_age_of_each_part_are_in_the_answer(live_run, token, settings):
+    with time_machine.travel(at(100), tick=False):
+        fresh_scrape(token)
+    later = at(100) + timedelta(seconds=settings.METRICS_CACHE_S + 1)
+    with time_machine.travel(later, tick=False):
+        samples = scrape(token)
+    computed = "fleetops_metrics_computed_timestamp_seconds"
+    assert samples[(computed, (("part", "all"),))] == later.timestamp()
+    assert samples[(computed, (("part", "goodput"),))] == at(100).timestamp(), "goodput is kept longer"
+    assert all(
+        dict(labels).get("window") == "24h" for (name, labels) in samples if "goodput" in name or "badput" in name
+    )
