@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 from fleetops_client.config import Config
 from fleetops_client.delivery import HttpTransport, RetryableError, Sender
@@ -40,7 +40,8 @@ TIERS = ("memory", "local", "durable")
 
 
 def _rfc3339(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
+    # timezone.utc, not datetime.UTC: that is Python 3.11's, and a training job may run 3.9 (pyproject.toml).
+    return datetime.fromtimestamp(at, timezone.utc).isoformat().replace("+00:00", "Z")  # noqa: UP017
 
 
 class CheckpointWrite:

@@ -39,6 +39,7 @@ class RetryableError(Exception):
 class Response:
     status: int
     body: object
+    retry_after: float | None = None  # seconds, from the answer's Retry-After header
 
 
 class Backoff:
@@ -62,10 +63,39 @@ class Backoff:
         self.attempt = 0
 
 
+def api_url(url: str, path: str) -> str:
+    """`path` under the server's /api/v1/, from its base URL or, as FLEETOPS_URL and the agent's --url may name, its
+    /api/v1 or its events endpoint."""
+    base = url.rstrip("/")
+    for suffix in ("/api/v1/events", "/api/v1"):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+            break
+    return f"{base}/api/v1/{path}"
+
+
 def events_url(url: str) -> str:
     """Accept the server's base URL or the events endpoint itself."""
-    url = url.rstrip("/")
-    return url if url.endswith("/api/v1/events") else url + "/api/v1/events"
+    return api_url(url, "events")
+
+
+def request_json(
+    method: str, url: str, *, token: str, body=None, content_type: str = "application/json", timeout: float = 10.0
+) -> Response:
+    """One request with the bearer token: the answer, whatever its status, with its JSON body (its text where it is
+    not JSON). Raises OSError (urllib's URLError, a timeout) when no answer came."""
+    headers = {"Authorization": f"Bearer {token}"}
+    data = None
+    if body is not None:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        headers["Content-Type"] = content_type
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return Response(answer.status, _decode(answer.read()))
+    except urllib.error.HTTPError as exc:
+        retry_after = exc.headers.get("Retry-After") if exc.headers else None
+        return Response(exc.code, _decode(exc.read()), _seconds(retry_after))
 
 
 class HttpTransport:
@@ -75,24 +105,15 @@ class HttpTransport:
         self.timeout = timeout
 
     def post(self, events: list[dict]) -> Response:
-        body = json.dumps(events, separators=(",", ":")).encode()
-        request = urllib.request.Request(
-            self.url,
-            data=body,
-            method="POST",
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": BATCH_CONTENT_TYPE},
-        )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
-                return Response(answer.status, _decode(answer.read()))
-        except urllib.error.HTTPError as exc:
-            response = Response(exc.code, _decode(exc.read()))
-            retry_after = exc.headers.get("Retry-After") if exc.headers else None
-            if exc.code >= 500 or exc.code in (408, 429):
-                raise RetryableError(f"HTTP {exc.code}", _seconds(retry_after)) from exc
-            return response
+            response = request_json(
+                "POST", self.url, token=self.token, body=events, content_type=BATCH_CONTENT_TYPE, timeout=self.timeout
+            )
         except (urllib.error.URLError, OSError, TimeoutError) as exc:
             raise RetryableError(f"connection failed: {getattr(exc, 'reason', exc)}") from exc
+        if response.status >= 500 or response.status in (408, 429):
+            raise RetryableError(f"HTTP {response.status}", response.retry_after)
+        return response
 
 
 def _decode(raw: bytes) -> object:

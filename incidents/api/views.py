@@ -21,10 +21,17 @@ from runs.models import ApiToken
 class IncidentFilter(django_filters.FilterSet):
     run = django_filters.CharFilter(field_name="run__name")
     node = django_filters.CharFilter(field_name="nodes__hostname", distinct=True)
+    # What the board shows by default, in one request: `status` names one state, and open is three of them.
+    open = django_filters.BooleanFilter(
+        method="_open", label="true: triggered, acknowledged or mitigated; false: resolved or closed."
+    )
 
     class Meta:
         model = Incident
-        fields = ["status", "severity", "run", "node"]
+        fields = ["status", "severity", "run", "node", "open"]
+
+    def _open(self, queryset, name, value):
+        return queryset.filter(status__in=Incident.OPEN) if value else queryset.exclude(status__in=Incident.OPEN)
 
 
 def actor_of(request) -> services.Actor:
@@ -39,6 +46,10 @@ class NoteBody(serializers.Serializer):
 
 class ResolveBody(serializers.Serializer):
     override_reason = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class ReopenBody(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
 
 
 ACTED = {
@@ -104,8 +115,15 @@ class IncidentViewSet(viewsets.ReadOnlyModelViewSet):
         body.is_valid(raise_exception=True)
         return self._act(request, pk, "add notes to", services.incident_note_add, text=body.validated_data["text"])
 
+    @extend_schema(request=ReopenBody, responses=ACTED)
+    @action(detail=True, methods=["post"], permission_classes=[], filterset_class=None)
+    def reopen(self, request, pk=None):
+        body = ReopenBody(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._act(request, pk, "reopen", services.incident_reopen, reason=body.validated_data["reason"])
+
     def get_permissions(self):
-        if self.action in ("acknowledge", "resolve", "notes"):
+        if self.action in ("acknowledge", "resolve", "notes", "reopen"):
             return [_Authenticated()]  # the scope check happens in _act, so a refusal can be audited
         return super().get_permissions()
 
