@@ -116,6 +116,9 @@ class Alert(models.Model):
                 fields=["fingerprint"], condition=Q(status="firing"), name="alert_one_firing_per_fingerprint"
             )
         ]
+        # The unique index above holds only firing alerts; an occurrence's resolved alerts are read by fingerprint
+        # too (services.findings_record: which episode was counted last).
+        indexes = [models.Index(fields=["fingerprint"], name="alert_fingerprint")]
 
     def __str__(self):
         return f"{self.fingerprint} x{self.count}"

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from incidents.domain.detectors import Finding
 from incidents.domain.response import more_severe, severity_from_impact
+from incidents.domain.xid import Action
 from incidents.models import Alert, Incident, Postmortem, Preference, RunDiscard, TimelineEntry
 from incidents.notifications import services as notifications
 from incidents.postmortems.services import postmortem_draft
@@ -104,7 +105,10 @@ def finding_record(
 
 def _new_alert(finding: Finding, incident, node, gpu, at: datetime, count: int, action: str = "") -> Alert:
     """The firing alert a new finding opens on its incident (unsaved): one place for finding_record and
-    findings_record."""
+    findings_record. An occurrence's alert keeps the episode it counted last in its evidence (findings_record)."""
+    evidence = finding.evidence
+    if finding.episode is not None:
+        evidence = {**evidence, _EPISODE: finding.episode.isoformat()}
     return Alert(
         incident=incident,
         fingerprint=finding.fingerprint,
@@ -115,7 +119,7 @@ def _new_alert(finding: Finding, incident, node, gpu, at: datetime, count: int, 
         node=node,
         gpu=gpu,
         run=incident.run,
-        evidence=finding.evidence,
+        evidence=evidence,
         count=count,
         first_seen_at=at,
         last_seen_at=at,
@@ -199,7 +203,11 @@ def findings_record(*, findings: list[tuple[Finding, datetime]], repeat_count: i
     """Many findings at once, in the caller's transaction, as `finding_record` would record them one by one with
     refresh=False, but in queries that grow with the incidents touched, not the findings: the intake's Alertmanager
     webhook of up to 1,000 alerts. A finding whose alert fires already counts `repeat_count` into it (a repeated
-    notification is not a new occurrence: 0); a new one counts 1. The caller refreshes the incidents touched."""
+    notification is not a new occurrence: 0); a new one counts 1. The caller refreshes the incidents touched.
+
+    A finding with an episode (an occurrence its source re-sends while one episode lasts) counts once per episode:
+    1 when its episode began after the one its fingerprint's latest alert counted, else nothing, not even a new alert
+    when that one was resolved since (a re-sent notice of what the on-call has dealt with opens nothing again)."""
     if not findings:
         return []
     _lock_grouping()  # first: from here no one else opens an alert, so the firing ones read next stay all there are
@@ -208,6 +216,7 @@ def findings_record(*, findings: list[tuple[Finding, datetime]], repeat_count: i
         a.fingerprint: a
         for a in Alert.objects.select_for_update().filter(fingerprint__in=fingerprints, status="firing")
     }
+    counted_episodes = _episodes_counted({finding.fingerprint for finding, _ in findings if finding.episode})
     hostnames = {finding.node for finding, _ in findings if finding.node}
     nodes = {node.hostname: node for node in Node.objects.filter(hostname__in=hostnames)}
     runs = {run.name: run for run in Run.objects.filter(name__in={f.run for f, _ in findings if f.run})}
@@ -216,8 +225,19 @@ def findings_record(*, findings: list[tuple[Finding, datetime]], repeat_count: i
     recorded, counted, entries = [], {}, []
     for finding, at in findings:
         alert = firing.get(finding.fingerprint)
+        if finding.episode is not None:
+            last = counted_episodes.get(finding.fingerprint)
+            if last is not None and finding.episode <= last:  # a notice of an episode counted already
+                if alert is not None:
+                    recorded.append(alert)
+                continue
+            counted_episodes[finding.fingerprint] = finding.episode
         if alert is not None:
-            alert.count += repeat_count
+            if finding.episode is None:
+                alert.count += repeat_count
+            else:
+                alert.count += 1
+                alert.evidence = {**alert.evidence, _EPISODE: finding.episode.isoformat()}
             alert.last_seen_at, alert.first_seen_at = max(alert.last_seen_at, at), min(alert.first_seen_at, at)
             counted[alert.pk] = alert
             recorded.append(alert)
@@ -226,7 +246,8 @@ def findings_record(*, findings: list[tuple[Finding, datetime]], repeat_count: i
         run = runs.get(finding.run) if finding.run else None
         gpu = gpus.get((node.pk, finding.gpu)) if node is not None and finding.gpu is not None else None
         incident = _incident_for(finding=finding, node=node, run=run, at=at, grouping=grouping)
-        alert = _new_alert(finding, incident, node, gpu, at, 1)
+        action = finding.recommended_action if finding.action != Action.NONE else ""
+        alert = _new_alert(finding, incident, node, gpu, at, 1, action)
         alert.save(force_insert=True)
         firing[finding.fingerprint] = alert  # the same fingerprint again in this batch is a repeat of this one
         if node is not None:
@@ -235,11 +256,25 @@ def findings_record(*, findings: list[tuple[Finding, datetime]], repeat_count: i
             TimelineEntry(incident=incident, at=at, actor_name=FLEETOPS.name, kind="alert", **_alert_entry(finding))
         )
         recorded.append(alert)
-    Alert.objects.bulk_update(list(counted.values()), ["count", "last_seen_at", "first_seen_at"])
+    written = ["count", "last_seen_at", "first_seen_at"] + (["evidence"] if counted_episodes else [])
+    Alert.objects.bulk_update(list(counted.values()), written)
     grouping.flush_links()
     for entry in TimelineEntry.objects.bulk_create(entries):
         notifications.notify(entry)
     return recorded
+
+
+_EPISODE = "episode"  # the evidence key of the episode an occurrence's alert counted last (ISO 8601, UTC)
+
+
+def _episodes_counted(fingerprints: set[str]) -> dict[str, datetime]:
+    """The episode each fingerprint's latest alert, firing or resolved, counted last: one query."""
+    latest: dict[str, str | None] = {}
+    if fingerprints:
+        rows = Alert.objects.filter(fingerprint__in=fingerprints).order_by("fingerprint", "-pk")
+        for fingerprint, episode in rows.values_list("fingerprint", f"evidence__{_EPISODE}"):
+            latest.setdefault(fingerprint, episode)
+    return {fingerprint: datetime.fromisoformat(episode) for fingerprint, episode in latest.items() if episode}
 
 
 def _incident_for(

@@ -36,6 +36,9 @@ class Finding:
     action: Action = Action.NONE
     count: int = 1  # occurrences folded into this finding (an Xid storm is one finding)
     detected_at: datetime | None = None  # when it was noticed, if the source says (run.failed's detected_at); else at
+    # An occurrence that its source reports again and again while one episode lasts (Alertmanager re-sends a firing
+    # alert with the same startsAt): when that episode began. services.findings_record counts it once per episode.
+    episode: datetime | None = None
 
     @property
     def recommended_action(self) -> str:

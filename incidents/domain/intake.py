@@ -2,6 +2,11 @@
 Events API v2 events, each into a plain record that knows its `Finding` (fingerprints `am:<Alertmanager fingerprint>`
 and `pd:<dedup_key>`). Pure: no Django import. Lenient about optional fields and strict about the shape; problems
 come back as (field, reason). incidents/intake/services.py records them.
+
+An Alertmanager alert with a numeric `xid` label (contrib/prometheus/dcgm-rules.yml) is an Xid occurrence rather than
+a condition: a finding of kind xid, graded from the Xid catalog, one fingerprint per (node, GPU, Xid)
+(`am-xid:<node>:<gpu>:<xid>`), whose firing episode (startsAt) is counted once. An `action` label that names one of
+FleetOps' actions is the action to recommend.
 """
 
 import hashlib
@@ -13,7 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from incidents.domain.detectors import Finding
-from runs.domain.cloudevents import Problem
+from incidents.domain.xid import Action, classify
+from runs.domain.cloudevents import INT_MAX, Problem
 
 SEVERITIES = ("critical", "error", "warning", "info")
 _TIME = re.compile(r"^(\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
@@ -54,6 +60,35 @@ def _severity(value: Any) -> str:
     return value if value in SEVERITIES else "warning"
 
 
+def _xid(value: Any) -> int | None:
+    """An `xid` label's code: ASCII digits only, as a rule writes it with printf "%.0f"; 0 is no Xid (the last-Xid
+    gauge reads 0 before the first)."""
+    value = str(value or "").strip()
+    if not (value.isascii() and value.isdigit() and len(value) <= 10):  # 10 digits: INT_MAX's, and int() stays cheap
+        return None
+    code = int(value)
+    return code if 0 < code <= INT_MAX else None
+
+
+def _node_key(node: str | None) -> str:
+    """The node as a fingerprint names it: a hostname longer than any node's (200 characters) by its digest, so the
+    fingerprint fits its column."""
+    if node is None:
+        return "-"
+    return node if len(node) <= 200 else hashlib.sha256(node.encode()).hexdigest()
+
+
+def _action(value: Any) -> tuple[Action | None, str]:
+    """An `action` label as an Action, or None; and what the on-call should read when the label was not one."""
+    if value is None or not str(value).strip():
+        return None, ""
+    try:
+        return Action(str(value).strip().lower()), ""
+    except ValueError:
+        shown = str(value)[:40]
+        return None, f" Its action label {shown!r} is not one of FleetOps' actions ({', '.join(Action)}): ignored."
+
+
 # --- Alertmanager (webhook payload version 4) ---------------------------------------------------------------
 
 
@@ -70,27 +105,62 @@ class AmAlert:
     def resolved(self, now: datetime) -> bool:
         return self.status == "resolved" or (self.ends_at is not None and self.ends_at <= now)
 
+    @property
+    def xid(self) -> int | None:
+        """The Xid this alert reports, if it is an Xid alert (a numeric `xid` label)."""
+        return _xid(self.labels.get("xid"))
+
     def finding(self) -> Finding:
         labels, annotations = self.labels, self.annotations
         name = labels.get("alertname", "alert")
-        others = " ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "alertname")
-        summary = annotations.get("summary") or (f"{name} {others}".strip())
         node = next((labels[k] for k in ("node", "instance", "Hostname") if labels.get(k)), None)
+        node = _host(node) if node else None
+        gpu = _gpu(labels.get("gpu")) if labels.get("gpu") is not None else None
+        action, refused = _action(labels.get("action"))
+        evidence = {"source": "alertmanager", "labels": labels, "annotations": annotations}
+        if self.xid is not None:
+            return self._xid_finding(self.xid, node, gpu, action, refused, evidence)
+        others = " ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "alertname")
         return Finding(
             kind="alertmanager",
             fingerprint=self.fingerprint,
             severity=_severity(labels.get("severity")),
-            summary=summary,
-            explanation=annotations.get("description") or f"Prometheus Alertmanager: {name} is firing.",
-            node=_host(node) if node else None,
-            gpu=_gpu(labels.get("gpu")) if labels.get("gpu") is not None else None,
+            summary=annotations.get("summary") or (f"{name} {others}".strip()),
+            explanation=(annotations.get("description") or f"Prometheus Alertmanager: {name} is firing.") + refused,
+            node=node,
+            gpu=gpu,
             run=labels.get("run") or None,
-            evidence={
-                "source": "alertmanager",
-                "labels": labels,
-                "annotations": annotations,
-                "generator_url": self.generator_url,
-            },
+            evidence={**evidence, "generator_url": self.generator_url},
+            action=action or Action.NONE,
+        )
+
+    def _xid_finding(
+        self, xid: int, node: str | None, gpu: int | None, action: Action | None, refused: str, evidence: dict
+    ) -> Finding:
+        """An Xid is an event, not a condition: graded from the catalog (the alert's severity label routes in
+        Alertmanager only), and counted once per firing episode; its resolved notice means only that the rule's window
+        passed, so it clears nothing (services.findings_record, incidents/intake/services.py)."""
+        info = classify(xid)
+        action = action or info.action
+        where = f"{node or 'an unnamed node'} GPU {'?' if gpu is None else gpu}"
+        note = f"; {info.note}" if info.note else ""
+        name = self.labels.get("alertname", "alert")
+        return Finding(
+            kind="xid",
+            fingerprint=f"am-xid:{_node_key(node)}:{'-' if gpu is None else gpu}:{xid}",
+            severity=info.severity,
+            summary=f"Xid {xid} on {where}: {info.meaning}",
+            explanation=(
+                f"Prometheus Alertmanager ({name}) reported Xid {xid} ({info.meaning}) on {where}{note}. "
+                f"Recommended: {action.label}. Each new firing of the alert counts once; its "
+                "resolved notice clears nothing: resolve it here once the GPU is dealt with." + refused
+            ),
+            node=node,
+            gpu=gpu,
+            run=self.labels.get("run") or None,
+            evidence={**evidence, "xid": xid, "generator_url": self.generator_url},
+            action=action,
+            episode=self.starts_at,
         )
 
 

@@ -1,5 +1,7 @@
 """Alerts from Alertmanager and PagerDuty, recorded: each parsed alert (incidents/domain/intake.py) becomes a FleetOps
 alert through services.finding_record, grouped into incidents like any detector's finding; a resolved one clears it.
+An Alertmanager Xid alert is an occurrence, not a condition: counted once per firing episode, never cleared by
+Alertmanager (docs/ARCHITECTURE.md, "Integrations").
 """
 
 from dataclasses import dataclass, field
@@ -30,11 +32,17 @@ def alertmanager_apply(alerts: list[AmAlert], *, now: datetime | None = None) ->
     """Each alert recorded or resolved, in one transaction (all or nothing: Alertmanager resends the whole group on
     an error; and one commit, not one an alert). The firing ones are recorded together (services.findings_record: a
     repeat notification of an alert that still fires is not a new occurrence), and each incident touched is refreshed
-    once at the end, so the cost grows with the alerts, a query or two each (a webhook carries up to 1,000)."""
+    once at the end, so the cost grows with the alerts, a query or two each (a webhook carries up to 1,000).
+
+    An Xid alert's notice, firing or resolved, is recorded as an occurrence of its episode (its startsAt): counted
+    once however often Alertmanager sends it, and never resolving anything. Its resolved notice says only that the
+    rule's window passed, not that the GPU is well; and it still tells of an episode this intake may have missed
+    firing (FleetOps was down when it was sent)."""
     now = now or timezone.now()
     result = IntakeResult()
-    resolved = [alert for alert in alerts if alert.resolved(now)]
+    resolved = [alert for alert in alerts if alert.resolved(now) and alert.xid is None]
     firing = [alert for alert in alerts if not alert.resolved(now)]
+    to_record = [a for a in alerts if not a.resolved(now) or (a.xid is not None and a.starts_at is not None)]
     with transaction.atomic():
         touched = set(
             Alert.objects.filter(fingerprint__in=[a.fingerprint for a in resolved], status="firing").values_list(
@@ -49,8 +57,8 @@ def alertmanager_apply(alerts: list[AmAlert], *, now: datetime | None = None) ->
                 refresh=False,
             )
             result.resolved.append(alert.fingerprint)
-        findings = [(alert.finding(), min(alert.starts_at or now, now)) for alert in firing]
-        touched |= {recorded.incident_id for recorded in services.findings_record(findings=findings)}
+        findings = [(alert.finding(), min(alert.starts_at or now, now)) for alert in to_record]
+        touched |= {alert.incident_id for alert in services.findings_record(findings=findings)}
         result.firing = [alert.fingerprint for alert in firing]
         for incident in Incident.objects.filter(pk__in=touched).order_by("pk"):
             services.incident_refresh(incident=incident, at=now)

@@ -45,7 +45,10 @@ class InvalidPayload(InvalidEvents):
     description=(
         "Point an Alertmanager webhook_config here with `http_config.authorization.credentials` set to a token "
         "with events:write. Firing alerts become FleetOps alerts (fingerprint am:<fingerprint>); resolved ones "
-        "(or an endsAt in the past) resolve that alert only."
+        "(or an endsAt in the past) resolve that alert only. An alert with a numeric `xid` label is an Xid "
+        "occurrence (fingerprint am-xid:<node>:<gpu>:<xid>, graded from the Xid catalog): each firing episode "
+        "(startsAt) counts once, and a resolved notice clears nothing. An `action` label naming a FleetOps action "
+        "(reset_gpu, drain_rma, ...) is the action recommended."
     ),
 )
 @api_view(["POST"])
