@@ -173,6 +173,8 @@ def events_accepted_get(*, since: EventsAccepted | None, settle_s: float, now: d
         return EventsAccepted(through, counts)
     newer = events.filter(id__gt=since.through)
     through = newer.filter(received_at__lte=cutoff).aggregate(last=Max("id"))["last"] or since.through
+    if through == since.through:
+        return since
     counts = dict(since.by_type)
     for type_, n in newer.filter(id__lte=through).values_list("type").annotate(n=Count("id")):
         counts[type_] = counts.get(type_, 0) + n
@@ -189,19 +191,34 @@ class EventsUnapplied:
 
 
 def events_unapplied_get(*, through: int) -> EventsUnapplied:
-    """The events not (yet) in the record, from the partial indexes that hold only them; the `settled_` counts are
-    those with an id up to `through` (events_accepted_get's), so that accepted minus them is what was applied."""
-    waiting = Event.objects.order_by().filter(applied_at__isnull=True)  # a quarantined event is marked applied
-    quarantined = Event.objects.order_by().filter(quarantined_at__isnull=False)
-    counts = {"n": Count("id"), "settled": Count("id", filter=Q(id__lte=through))}
-    waiting_rows = list(waiting.values_list("type").annotate(**counts))
-    quarantined_rows = list(quarantined.values_list("type").annotate(**counts))
+    """The events not (yet) in the record, from the partial indexes that hold only them (a quarantined event is
+    marked applied); the `settled_` counts are those with an id up to `through` (events_accepted_get's), so that
+    accepted minus them is what was applied."""
+    waiting, quarantined, settled = Q(applied_at__isnull=True), Q(quarantined_at__isnull=False), Q(id__lte=through)
+    rows = (
+        Event.objects.order_by()
+        .filter(waiting | quarantined)
+        .values_list("type")
+        .annotate(
+            waiting=Count("id", filter=waiting),
+            quarantined=Count("id", filter=quarantined),
+            settled_waiting=Count("id", filter=waiting & settled),
+            settled_quarantined=Count("id", filter=quarantined & settled),
+            oldest=Min("received_at", filter=waiting),
+        )
+    )
+    by_type = {type_: counts for type_, *counts in rows}
+
+    def column(index: int) -> dict[str, int]:
+        return {type_: counts[index] for type_, counts in by_type.items() if counts[index]}
+
+    oldest = min((counts[4] for counts in by_type.values() if counts[4] is not None), default=None)
     return EventsUnapplied(
-        waiting={type_: n for type_, n, _ in waiting_rows},
-        quarantined={type_: n for type_, n, _ in quarantined_rows},
-        settled_waiting={type_: settled for type_, _, settled in waiting_rows},
-        settled_quarantined={type_: settled for type_, _, settled in quarantined_rows},
-        oldest_waiting_at=waiting.order_by("id").values_list("received_at", flat=True).first(),
+        waiting=column(0),
+        quarantined=column(1),
+        settled_waiting=column(2),
+        settled_quarantined=column(3),
+        oldest_waiting_at=oldest,
     )
 
 

@@ -198,31 +198,27 @@ def _goodput_families(now: datetime) -> list[Metric]:
 
 
 def _incident_families(now: datetime) -> list[Metric]:
-    opened = incident_selectors.open_incidents_get()
-    burning = incident_selectors.incidents_burning_get(incidents=opened, now=now)
-    gpus_idle = incident_selectors.gpus_idle_get(incidents=opened, burning=burning)
+    figures = incident_selectors.open_incidents_figures_get(now=now)
     idle = GaugeMetricFamily(
         "fleetops_gpus_idle", "GPUs idle now behind open incidents (the board's and the overview's figure)."
     )
-    idle.add_metric([], gpus_idle)
+    idle.add_metric([], figures.gpus_idle)
     burn = GaugeMetricFamily(
         "fleetops_idle_cost_usd_per_minute",
         f"What those idle GPUs cost a minute at GPU_HOUR_COST_USD ({settings.GPU_HOUR_COST_USD:g} $ a GPU-hour).",
     )
-    burn.add_metric([], incident_selectors.cost_per_minute_usd(gpus_idle))
-    by_kind = {(severity, status): 0 for severity in Incident.Severity.values for status in Incident.OPEN}
-    for incident in opened:
-        by_kind[(incident.severity, incident.status)] += 1
+    burn.add_metric([], incident_selectors.cost_per_minute_usd(figures.gpus_idle))
     open_ = GaugeMetricFamily(
         "fleetops_incidents_open", "Open incidents by severity and state.", labels=["severity", "state"]
     )
-    for (severity, status), count in by_kind.items():
-        open_.add_metric([severity, status], count)
+    for severity in Incident.Severity.values:
+        for status in Incident.OPEN:
+            open_.add_metric([severity, status], figures.by_kind.get((severity, status), 0))
     needs = GaugeMetricFamily(
         "fleetops_incidents_needing_a_person",
         "Open incidents nobody has acknowledged, or that idle GPUs now: the board's first group.",
     )
-    needs.add_metric([], sum(incident_selectors.needs_a_person(i, burning) for i in opened))
+    needs.add_metric([], figures.needs_person)
     return [idle, burn, open_, needs]
 
 

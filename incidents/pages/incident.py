@@ -56,7 +56,8 @@ def _timeline(incident: Incident) -> dict:
 def incident_context(request, incident: Incident, *, error: str = "") -> dict:
     user, assignees, now = request.user, list(incident.assignees.all()), timezone.now()
     playbooks = selectors.incident_playbooks_get(incident=incident)
-    alert_groups = selectors.incident_alert_groups_get(incident=incident)
+    affected = selectors.incident_nodes_get(incident=incident)
+    alert_groups = selectors.incident_alert_groups_get(incident=incident, hostnames=affected.by_id)
     # The counts the board reads with incidents_list(), here from the groups' own: the annotated read would go over
     # the alerts once more.
     incident.firing_count = sum(group.total for group in alert_groups if group.status == "firing")
@@ -67,7 +68,7 @@ def incident_context(request, incident: Incident, *, error: str = "") -> dict:
         "alert_groups": alert_groups,
         "alert_total": sum(group.total for group in alert_groups),
         "alerts_shown": selectors.ALERTS_SHOWN,
-        "affected": selectors.incident_nodes_get(incident=incident),
+        "affected": affected,
         "assignees": assignees,
         "timeline": _timeline(incident),
         "refusals": selectors.incident_refusals_get(incident=incident) if is_admin(user) else [],

@@ -13,7 +13,7 @@ from incidents import selectors as incident_selectors
 from incidents.models import Incident, PlaybookExecution
 from runs.models import Event, EventRollup
 from tests.conftest import make_token
-from tests.stories import at, failure_and_restart
+from tests.stories import at, failure_and_restart, story_until_failure
 
 
 def scrape(token: str) -> dict[tuple[str, tuple], float]:
@@ -87,6 +87,27 @@ def test_the_figures_are_the_apis_and_the_pages(live_run, token, reader):
         assert samples[key] == sum(1 for i in opened if (i.severity, i.status) == (incident.severity, incident.status))
     assert sum(v for (name, _), v in samples.items() if name == "fleetops_incidents_open") == len(opened)
     assert samples[("fleetops_incidents_needing_a_person", ())] == board.summary.needs_person
+
+
+def test_gpus_idle_and_the_incidents_needing_a_person_are_the_boards_while_a_run_is_down(post, token, settings):
+    settings.METRICS_EVENTS_SETTLE_S = 0.0
+    with time_machine.travel(at(50), tick=False):
+        post(story_until_failure())
+        samples = fresh_scrape(token)
+        board = incident_selectors.incident_board_get(first=0, size=50, now=at(50), open_only=True)
+        summary = incident_selectors.open_incidents_summary(now=at(50))
+    assert board.gpus_idle == 16, "the run's 16 GPUs idle since its failure"
+    assert samples[("fleetops_gpus_idle", ())] == board.gpus_idle
+    assert samples[("fleetops_idle_cost_usd_per_minute", ())] == pytest.approx(board.cost_per_minute_usd)
+    assert samples[("fleetops_incidents_needing_a_person", ())] == summary.needs_person == 1
+    incident = Incident.objects.get()
+    incident.status, incident.acknowledged_at = Incident.Status.ACKNOWLEDGED, at(50)
+    incident.save()
+    with time_machine.travel(at(50), tick=False):
+        samples = fresh_scrape(token)
+    assert samples[("fleetops_incidents_needing_a_person", ())] == 1, "acknowledged, but its GPUs still idle"
+    key = ("fleetops_incidents_open", (("severity", incident.severity), ("state", "acknowledged")))
+    assert samples[key] == 1
 
 
 def test_events_are_counted_by_type_accepted_applied_waiting_and_quarantined(live_run, token, post):
