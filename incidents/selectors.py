@@ -499,19 +499,27 @@ def incident_alert_groups_get(*, incident: Incident, hostnames: dict[int, str] |
         )
         for row in totals
     }  # fmt: skip
-    # Newest first, sorted by the database: each group's first ALERTS_SHOWN ids are its newest. Node ids, not names:
-    # no join, and a page that has read the incident's nodes (hostnames) names them without reading them again.
-    rows = incident.alerts.order_by("-last_seen_at", "-pk").values_list("status", "kind", "severity", "node", "pk")
+    # Each group's nodes as ids, not names: no join, and a page that has read the incident's nodes (hostnames) names
+    # them without reading them again. One narrow column when the incident has one group, as a fault on every node does.
+    alerts = incident.alerts.filter(node__isnull=False).order_by()
     nodes: dict[tuple[str, str, str], list[int]] = {key: [] for key in groups}
-    for status, kind, severity, node, pk in rows:
-        ids = nodes.get((status, kind, severity))
-        if ids is None:
-            continue  # resolved, or of a kind first seen, since the count: the next refresh shows it
-        if node is not None:
-            ids.append(node)
-        latest = groups[(status, kind, severity)].latest
-        if len(latest) < ALERTS_SHOWN:
-            latest.append(pk)
+    if len(groups) == 1:
+        ((key, _),) = groups.items()
+        nodes[key] = list(alerts.filter(status=key[0], kind=key[1], severity=key[2]).values_list("node", flat=True))
+    else:
+        for status, kind, severity, node in alerts.values_list("status", "kind", "severity", "node"):
+            if (ids := nodes.get((status, kind, severity))) is not None:  # else resolved, or new, since the count
+                ids.append(node)
+    # Newest first, sorted by the database: each group's first ALERTS_SHOWN ids are its newest; read until every group
+    # has them (a few rows, not the 16,384 of a fault on every node).
+    wanted = {key: min(group.total, ALERTS_SHOWN) for key, group in groups.items()}
+    newest_first = incident.alerts.order_by("-last_seen_at", "-pk").values_list("pk", "status", "kind", "severity")
+    for pk, *key in newest_first.iterator(chunk_size=200):
+        group = groups.get(tuple(key))
+        if group is not None and len(group.latest) < ALERTS_SHOWN:
+            group.latest.append(pk)
+        if all(len(groups[k].latest) >= n for k, n in wanted.items()):
+            break
     hostnames = dict(hostnames or {})
     missing = {node for ids in nodes.values() for node in ids} - hostnames.keys()
     if missing:
