@@ -20,12 +20,13 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from rest_framework import exceptions
 
 from fleetops.celery import queue_depths
 from incidents import selectors as incident_selectors
 from incidents.models import Delivery, Incident, PlaybookExecution
 from runs import selectors
-from runs.api.auth import token_authenticate
+from runs.api.auth import BearerTokenAuthentication
 from runs.domain.goodput import STAGES
 from runs.models import ApiToken, Run
 
@@ -49,18 +50,18 @@ def metrics(request):
 
 
 def _refused(request) -> HttpResponse | None:
-    """401 without a live token, 403 for one without metrics:read; the API's error shape."""
-    keyword, _, token = request.headers.get("Authorization", "").partition(" ")
-    if keyword != "Bearer" or not token.strip():
-        response = JsonResponse({"detail": "A token with the 'metrics:read' scope is required: 'Bearer <token>'."})
-        response.status_code, response["WWW-Authenticate"] = 401, "Bearer"
-        return response
-    row, refusal = token_authenticate(token.strip())
-    if row is None:
-        response = JsonResponse({"detail": refusal}, status=401)
+    """401 without a live token, 403 for one without metrics:read: the API's bearer tokens and error shape."""
+    try:
+        found = BearerTokenAuthentication().authenticate(request)
+    except exceptions.AuthenticationFailed as refusal:
+        found, reason = None, str(refusal.detail)
+    else:
+        reason = f"A token with the '{ApiToken.Scope.METRICS_READ}' scope is required: 'Bearer <token>'."
+    if found is None:
+        response = JsonResponse({"detail": reason}, status=401)
         response["WWW-Authenticate"] = "Bearer"
         return response
-    if not row.has_scope(ApiToken.Scope.METRICS_READ):
+    if not found[1].has_scope(ApiToken.Scope.METRICS_READ):
         return JsonResponse({"detail": f"This token lacks the '{ApiToken.Scope.METRICS_READ}' scope."}, status=403)
     return None
 
@@ -72,7 +73,8 @@ class _Collector:
         self.now = now
 
     def collect(self):
-        yield from _goodput_families(self.now)
+        figures = _goodput(self.now)
+        yield from _goodput_families(figures)
         yield from _incident_families(self.now)
         yield from _event_families(self.now)
         yield from _queue_families()
@@ -83,7 +85,7 @@ class _Collector:
             "When each part of this answer was computed (Unix time): 'goodput' is kept longer than the rest.",
             labels=["part"],
         )
-        computed.add_metric(["goodput"], _goodput(self.now).computed_at.timestamp())
+        computed.add_metric(["goodput"], figures.computed_at.timestamp())
         computed.add_metric(["all"], self.now.timestamp())
         yield computed
 
@@ -144,8 +146,7 @@ def _goodput_compute(now: datetime) -> _Goodput:
     )
 
 
-def _goodput_families(now: datetime) -> list[Metric]:
-    figures = _goodput(now)
+def _goodput_families(figures: "_Goodput") -> list[Metric]:
     window = f"over the last {WINDOW_LABEL} (window label)"
     run_goodput = GaugeMetricFamily(
         "fleetops_run_goodput_ratio",

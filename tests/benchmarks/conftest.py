@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import socket
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -274,6 +275,13 @@ def api_token(name: str, scopes: list[str]) -> str:
     token = row.set_new_token()
     row.save()
     return token
+
+
+def median_p95_ms(samples: list[float]) -> tuple[float, float]:
+    """Median and 95th percentile of seconds, in milliseconds."""
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return statistics.median(ordered) * 1000, p95 * 1000
 
 
 def timed(call, times: int) -> list[float]:

@@ -1,7 +1,6 @@
 """The full simulated run in PostgreSQL: the load, GET /api/v1/runs/{name}/goodput, the engine alone, and Google's
 ml-goodput-measurement on the same run (issue bounds: API < 200 ms, engine < 20 ms, within 0.5 goodput points)."""
 
-import statistics
 import tempfile
 
 import pytest
@@ -14,7 +13,7 @@ from runs import selectors
 from runs.domain import goodput
 from runs.models import Event, Run
 
-from .conftest import CONFIG, api_token, report, say, timed
+from .conftest import CONFIG, api_token, median_p95_ms, report, say, timed
 
 API_BOUND_MS = 200
 ENGINE_BOUND_MS = 20
@@ -23,13 +22,6 @@ API_CALLS = 30
 ENGINE_CALLS = 50
 LIBRARY_COLD_CALLS = 3
 LIBRARY_WARM_CALLS = 5
-
-
-def _ms(samples: list[float]) -> tuple[float, float]:
-    """Median and 95th percentile of seconds, in milliseconds."""
-    ordered = sorted(samples)
-    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return statistics.median(ordered) * 1000, p95 * 1000
 
 
 def _share(value: float, bound: float) -> str:
@@ -76,7 +68,7 @@ def test_goodput_api(run, timeline):
     expected = goodput.breakdown(timeline, since=run.started_at, until=run.ended_at, now=timezone.now())
     assert body["goodput"] == pytest.approx(expected.goodput, abs=1e-12)
     assert len(body["daily"]) == round(CONFIG.days)
-    median, p95 = _ms(samples)
+    median, p95 = median_p95_ms(samples)
     report(
         f"API: GET goodput, median of {API_CALLS}",
         f"{median:.1f} ms",
@@ -92,9 +84,9 @@ def test_goodput_api(run, timeline):
 
 def test_engine(run, timeline):
     window = {"since": run.started_at, "until": run.ended_at, "now": timezone.now()}
-    fetch = _ms(timed(lambda: selectors.run_timeline_get(run=run), 10))[0]
-    engine = _ms(timed(lambda: goodput.breakdown_and_daily(timeline, **window), ENGINE_CALLS))[0]
-    separately = _ms(
+    fetch = median_p95_ms(timed(lambda: selectors.run_timeline_get(run=run), 10))[0]
+    engine = median_p95_ms(timed(lambda: goodput.breakdown_and_daily(timeline, **window), ENGINE_CALLS))[0]
+    separately = median_p95_ms(
         timed(lambda: (goodput.breakdown(timeline, **window), goodput.daily(timeline, **window)), ENGINE_CALLS)
     )[0]
     report("selector: run_timeline_get (2 queries), median", f"{fetch:.1f} ms")
@@ -143,12 +135,12 @@ def test_ml_goodput_measurement(run, timeline):
         + f"; detection + rescheduling + rewound {share['detection'] + share['rescheduling'] + share['rewound']:.3f}"
     )
 
-    cold = _ms(timed(lambda: mlgoodput.job_goodput(mapped, job_name=job), LIBRARY_COLD_CALLS))[0]
+    cold = median_p95_ms(timed(lambda: mlgoodput.job_goodput(mapped, job_name=job), LIBRARY_COLD_CALLS))[0]
     with tempfile.TemporaryDirectory(prefix="mlgoodput-") as cache_dir:
         calculator = mlgoodput.warm_calculator(mapped, job_name=job, cache_dir=cache_dir)
-        warm = _ms(timed(calculator._get_current_productive_and_unproductive_time, LIBRARY_WARM_CALLS))[0]
-    engine_total = _ms(timed(lambda: goodput.breakdown(timeline, **window), ENGINE_CALLS))[0]
-    engine_series = _ms(timed(lambda: goodput.breakdown_and_daily(timeline, **window), ENGINE_CALLS))[0]
+        warm = median_p95_ms(timed(calculator._get_current_productive_and_unproductive_time, LIBRARY_WARM_CALLS))[0]
+    engine_total = median_p95_ms(timed(lambda: goodput.breakdown(timeline, **window), ENGINE_CALLS))[0]
+    engine_series = median_p95_ms(timed(lambda: goodput.breakdown_and_daily(timeline, **window), ENGINE_CALLS))[0]
 
     report("goodput: FleetOps engine", f"{ours_points:.4f} %")
     report(

@@ -12,8 +12,6 @@ Baseline, timed the same way in the same run: the overview's 10 s figures refres
 same 24 h goodput and open incidents for a person.
 """
 
-import statistics
-
 import pytest
 from django.contrib.auth.models import Group, User
 from django.core.cache import cache
@@ -22,23 +20,16 @@ from django.test import Client
 from fleetops.console import metrics
 from fleetops.roles import VIEWER
 from runs.models import ApiToken
-from tests.conftest import make_token
 
-from .conftest import report, timed
+from .conftest import api_token, median_p95_ms, report, timed
 
 BOUND_MS = 50  # p95 of a recomputed scrape (issue 21)
 CALLS = 30
 
 
-def _ms(samples: list[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return statistics.median(ordered) * 1000, p95 * 1000
-
-
 @pytest.fixture(scope="module")
 def token(loaded_run):
-    value = make_token("bench-metrics", ["metrics:read"])
+    value = api_token("bench-metrics", ["metrics:read"])
     yield value
     ApiToken.objects.filter(name="bench-metrics").delete()
 
@@ -73,10 +64,10 @@ def test_a_scrape_at_the_benchmark_scale(token, viewer):
         assert response.status_code == 200
 
     cold()  # the first: connections, the run's cached timeline
-    baseline = _ms(timed(overview_live, CALLS))
-    cold_ms = _ms(timed(cold, CALLS // 3))
-    recomputed_ms = _ms(timed(recomputed, CALLS))
-    cached_ms = _ms(timed(scrape, CALLS))
+    baseline = median_p95_ms(timed(overview_live, CALLS))
+    cold_ms = median_p95_ms(timed(cold, CALLS // 3))
+    recomputed_ms = median_p95_ms(timed(recomputed, CALLS))
+    cached_ms = median_p95_ms(timed(scrape, CALLS))
     lines = scrape_lines(client, header)
     versus = f"overview figures {baseline[0]:.1f} / {baseline[1]:.1f} ms"
     report(

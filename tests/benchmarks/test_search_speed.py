@@ -11,7 +11,6 @@ incident is resolved, which the load never does. Every incident's postmortem is 
 real service, inside a transaction rolled back at the end: the database is left as it was loaded.
 """
 
-import statistics
 import time
 
 import pytest
@@ -28,18 +27,11 @@ from incidents.postmortems.services import postmortem_draft
 from incidents.services import FLEETOPS
 from runs.models import Node, Run
 
-from .conftest import report, say, timed
+from .conftest import median_p95_ms, report, say, timed
 
 BOUND_MS = 200  # p95 of the whole request, each query (issue 20)
 CALLS = 30
 VIEWER_NAME = "bench-search-viewer"
-
-
-def _ms(samples: list[float]) -> tuple[float, float]:
-    """Median and 95th percentile of seconds, in milliseconds."""
-    ordered = sorted(samples)
-    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return statistics.median(ordered) * 1000, p95 * 1000
 
 
 @pytest.fixture(scope="module")
@@ -84,13 +76,13 @@ def queries(loaded_run, drafted) -> list[tuple[str, str]]:
     ]
 
 
-def _request_ms(client: Client, params: dict, **headers) -> tuple[float, float]:
+def _requestmedian_p95_ms(client: Client, params: dict, **headers) -> tuple[float, float]:
     for _ in range(3):  # warm: templates, the URL resolver, the planner's first look at each table
         assert client.get("/search", params, **headers).status_code == 200
     responses = []
     samples = timed(lambda: responses.append(client.get("/search", params, **headers)), CALLS)
     assert all(r.status_code == 200 for r in responses)
-    return _ms(samples)
+    return median_p95_ms(samples)
 
 
 def test_search_speed(viewer, queries, drafted):
@@ -98,16 +90,16 @@ def test_search_speed(viewer, queries, drafted):
     say(f"search: {incidents} incidents, {drafted} postmortems, {nodes:,} nodes, {Run.objects.count()} runs")
     # The floor: the page with no query, its hint in the console's frame (the session, the top bar's count of open
     # incidents), which every page pays.
-    floor = _request_ms(viewer, {})
+    floor = _requestmedian_p95_ms(viewer, {})
     report("search: no query (the page's frame: the floor), request p50 / p95 ms", f"{floor[0]:.1f} / {floor[1]:.1f}")
     missed = []
     for name, text in queries:
-        p50, p95 = _request_ms(viewer, {"q": text})
+        p50, p95 = _requestmedian_p95_ms(viewer, {"q": text})
         query = query_parse(text)
         full = search_get(query=query)
         assert full.full_text, "the benchmarks run on PostgreSQL: full-text search expected"
-        selector = _ms(timed(lambda query=query: search_get(query=query), CALLS))
-        plain = _ms(timed(lambda query=query: search_get(query=query, full_text=False), CALLS))
+        selector = median_p95_ms(timed(lambda query=query: search_get(query=query), CALLS))
+        plain = median_p95_ms(timed(lambda query=query: search_get(query=query, full_text=False), CALLS))
         with CaptureQueriesContext(connection) as captured:
             viewer.get("/search", {"q": text})
         counts = ", ".join(f"{g.kind} {g.total}" for g in full.groups)
@@ -121,7 +113,7 @@ def test_search_speed(viewer, queries, drafted):
             missed.append(f"{text!r}: p95 {p95:.1f} ms")
     # What typing costs: the live panel under the box (htmx, 5 a kind, no frame) for a hostname's start.
     text = queries[2][1]
-    live = _request_ms(viewer, {"q": text}, HTTP_HX_REQUEST="true")
+    live = _requestmedian_p95_ms(viewer, {"q": text}, HTTP_HX_REQUEST="true")
     report(
         f"search: live panel ({text}), request p50 / p95 ms", f"{live[0]:.1f} / {live[1]:.1f}", f"bound {BOUND_MS} ms"
     )

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import threading
 import time
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -103,6 +104,18 @@ class FakeExporter:
         return "\n".join(lines) + "\n"
 
 
+@contextmanager
+def _served(handler: type[BaseHTTPRequestHandler]):
+    """The base URL of a loopback HTTP server answering with `handler` from a thread, until the block ends."""
+    server = ThreadingHTTPServer(("127.0.0.1", free_ports(1)), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.fixture
 def exporter():
     """(the fake exporter, its /metrics URL), served from a thread until the test ends."""
@@ -120,14 +133,8 @@ def exporter():
         def log_message(self, *args):
             pass  # Prometheus scrapes every second
 
-    server = ThreadingHTTPServer(("127.0.0.1", free_ports(1)), Metrics)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield fake, f"http://127.0.0.1:{server.server_port}/metrics"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _served(Metrics) as url:
+        yield fake, f"{url}/metrics"
 
 
 def scaled_rules(path: Path) -> Path:
@@ -200,13 +207,8 @@ def relay(live_server):
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", free_ports(1)), Notifications)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield passing, f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _served(Notifications) as url:
+        yield passing, url
 
 
 def _evaluations(prometheus_url: str) -> float:
