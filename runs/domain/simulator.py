@@ -1,8 +1,14 @@
 """A simulated training run on a GPU cluster, as the CloudEvents its scheduler, trainer and node agents would send.
 
 Pure: no Django import, standard library only. `simulate(config)` yields CloudEvents 1.0 dicts (docs/EVENTS.md)
-in time order; the same config gives the same stream, byte for byte, because one `random.Random(seed)` draws
-everything in a fixed order (no set or hash order is ever iterated).
+in time order; the same config gives the same stream, byte for byte: every draw comes from random streams seeded
+from the config's seed, in a fixed order (no set or hash order is ever iterated). `simulate_timeline(config)` is
+the same run as the goodput engine's RunTimeline, the truth the record built from the stream should equal.
+
+One stream per concern (when faults strike, what they are, detection, rescheduling, reload, checkpoint writes,
+repairs, planned stops, job ids), so that two configs of one seed that differ in one cost see the same faults at
+the same training times and differ only in that cost (common random numbers): a lever's counterfactual
+(runs/domain/levers.py) is checked against the simulation of the same seed with the fix applied.
 
 The model (docs/DOMAIN.md sections 1, 2 and 5):
 - Unexpected faults strike while the run trains (checkpoint writes included). The cause is drawn in Llama 3's
@@ -38,6 +44,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from runs.domain.cloudevents import format_time
+from runs.domain.goodput import CheckpointSpan, InterruptionSpan, RunTimeline
 from runs.domain.taxonomy import CAUSES, Cause, Group
 
 LLAMA3_GPUS = 16_384
@@ -58,22 +65,45 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,193}$")
 
 @dataclass(frozen=True)
 class Triangular:
-    """A duration in seconds from a triangular distribution: at least `low`, most often `mode`, at most `high`."""
+    """A duration in seconds from a triangular distribution: at least `low`, most often `mode`, at most `high`;
+    never more than `cap` when one is set (a fix that bounds the stage: the draw is min(draw, cap))."""
 
     low: float
     mode: float
     high: float
+    cap: float | None = None
 
     def __post_init__(self):
         if not 0 <= self.low <= self.mode <= self.high:
             raise ValueError(f"need 0 <= low <= mode <= high, got {self.low}, {self.mode}, {self.high}")
+        if self.cap is not None and not self.cap >= 0:
+            raise ValueError(f"a cap must be >= 0, got {self.cap}")
 
     @property
     def mean(self) -> float:
-        return (self.low + self.mode + self.high) / 3
+        """The mean; with a cap, that of min(draw, cap), from the triangle's pieces."""
+        if self.cap is None or self.cap >= self.high:
+            return (self.low + self.mode + self.high) / 3
+        if self.cap <= self.low:
+            return self.cap
+        return self.cap - _integral_cdf(self, self.cap)
 
     def draw(self, rng: random.Random) -> float:
-        return rng.triangular(self.low, self.high, self.mode)
+        value = rng.triangular(self.low, self.high, self.mode)
+        return value if self.cap is None else min(value, self.cap)
+
+
+def _integral_cdf(t: Triangular, x: float) -> float:
+    """The integral of the triangle's CDF from `low` to x (low <= x <= high): E[min(draw, x)] = x minus this."""
+    a, c, b = t.low, t.mode, t.high
+    if b == a:
+        return 0.0
+    rising = (min(x, c) - a) ** 3 / (3 * (b - a) * (c - a)) if c > a else 0.0
+    if x <= c:
+        return rising
+    # Above the mode the CDF is 1 - (b - u)^2 / ((b - a)(b - c)).
+    falling = (x - c) - ((b - c) ** 3 - (b - x) ** 3) / (3 * (b - a) * (b - c))
+    return rising + falling
 
 
 def _minutes(low: float, mode: float, high: float) -> Triangular:
@@ -116,6 +146,12 @@ class SimulationConfig:
     repair: Triangular = _hours(12, 48, 132)
     burn_in: Triangular = _hours(2, 4, 8)
     spare_nodes: int | None = None
+    # Faults per second of training, given: the same fault process whatever the stops cost (a counterfactual's
+    # simulation). None: derived from rate_per_gpu_hour, so that the stream shows that wall-clock rate.
+    hazard_per_s: float | None = None
+    # The share of those faults that never happen (lemon nodes taken out): the fault process thinned, which is the
+    # same Poisson process at (1 - share) of the hazard, with the faults that remain where they were.
+    faults_avoided: float = 0.0
     # A run.completed at the end: a finished run's goodput and failure rate stop at its end. False leaves it
     # running, for a live demo that ends now; a past run left running would count every day since as training.
     completes: bool = True
@@ -138,6 +174,8 @@ class SimulationConfig:
                 raise ValueError(
                     f"{name} must be 1-194 letters, digits, '.', '_', ':' or '-', starting with one of the first two"
                 )
+        if (self.hazard_per_s or 0) < 0 or not 0 <= self.faults_avoided < 1:
+            raise ValueError("hazard_per_s must be >= 0 and faults_avoided in [0, 1)")
         if (self.planned_stops or 0) < 0 or (self.spare_nodes or 0) < 0 or self.model_params < 1:
             raise ValueError("planned_stops and spare_nodes must be >= 0, model_params >= 1")
 
@@ -266,7 +304,10 @@ def training_share(config: SimulationConfig) -> float:
 
 
 def fault_hazard_per_s(config: SimulationConfig) -> float:
-    """Faults per second of training: the wall-clock rate over the training share (module docstring)."""
+    """Faults per second of training: the given hazard_per_s, else the wall-clock rate over the training share (module
+    docstring)."""
+    if config.hazard_per_s is not None:
+        return config.hazard_per_s
     return config.gpus * config.rate_per_gpu_hour / 3600 / training_share(config)
 
 
@@ -291,6 +332,41 @@ def _poisson_quantile(mean: float, p: float) -> int:
 
 
 # --- The stream -------------------------------------------------------------------------------------------
+
+
+def simulate_timeline(config: SimulationConfig) -> RunTimeline:
+    """The run as the goodput engine should see it from a complete record of its stream: each stop's fault, detection,
+    restart and resume, and each write the record counts. What happens after the end is not in the stream, so a
+    restart or resume after it is unknown (None), as it is in the record."""
+    run = _Simulation(config)
+    for _event in run.events():
+        pass
+    end = config.duration_s
+
+    def moment(seconds: float | None) -> datetime | None:
+        if seconds is None or seconds > end:
+            return None
+        return config.start + timedelta(milliseconds=round(seconds * 1000))
+
+    stops = []
+    for fault, detected, running, resumed, step, planned, cause, node in run.stops:
+        stops.append(
+            InterruptionSpan(
+                fault_at=moment(fault),
+                detected_at=config.start + timedelta(milliseconds=round(detected * 1000)),
+                running_at=moment(running),
+                resumed_at=moment(resumed),
+                resumed_from_step=step if resumed <= end else None,
+                planned=planned,
+                cause=cause,
+                node=node,
+            )
+        )
+    writes = [
+        CheckpointSpan(step, moment(started), blocking, moment(durable), "durable")
+        for step, started, blocking, durable in run.writes
+    ]
+    return RunTimeline(config.start, config.end if config.completes else None, config.gpus, tuple(stops), tuple(writes))
 
 
 def simulate(config: SimulationConfig) -> Iterator[dict]:
@@ -342,6 +418,28 @@ def summary(events: Iterable[dict]) -> Summary:
     return result
 
 
+class _Streams:
+    """The simulation's random streams, one per concern, each seeded from the run's seed and its own name."""
+
+    NAMES = (
+        "faults", "avoided", "cause", "detection", "rescheduling", "reload", "checkpoint", "repair", "planned", "jobs"
+    )  # fmt: skip
+    faults: random.Random
+    avoided: random.Random
+    cause: random.Random
+    detection: random.Random
+    rescheduling: random.Random
+    reload: random.Random
+    checkpoint: random.Random
+    repair: random.Random
+    planned: random.Random
+    jobs: random.Random
+
+    def __init__(self, seed: int):
+        for name in self.NAMES:
+            setattr(self, name, random.Random(f"{seed}/{name}"))
+
+
 @dataclass(frozen=True)
 class _Stop:
     kind: str  # fault, planned, end
@@ -356,8 +454,10 @@ class _Simulation:
 
     def __init__(self, config: SimulationConfig):
         self.c = config
-        self.rng = random.Random(config.seed)
+        self.rng = _Streams(config.seed)
         self.hazard = fault_hazard_per_s(config)
+        self.trained = 0.0  # seconds of training so far, checkpoint writes included: the faults' clock
+        self.next_fault = self._fault_after(0.0)
         hosts = [f"{config.cluster}-{i:05d}" for i in range(config.nodes + config.spare_count)]
         self.nodes = hosts[: config.nodes]
         self.spares = deque(hosts[config.nodes :])
@@ -369,7 +469,11 @@ class _Simulation:
         self.step = 0
         self.durable_step = 0  # the newest durable checkpoint's step; 0 restarts from scratch
         self.in_flight: int | None = None  # a checkpoint's step that was not durable when the run stopped
-        self.job = 100_000 + self.rng.randrange(900_000)
+        self.in_flight_at = 0.0  # when that write started
+        # The truth the record should hold (simulate_timeline): every stop and every write, seconds from the start.
+        self.stops: list[tuple[float, float, float, float, int, bool, str, str | None]] = []
+        self.writes: list[tuple[int, float, float | None, float | None]] = []  # step, started, blocking, durable
+        self.job = 100_000 + self.rng.jobs.randrange(900_000)
         self.planned = self._planned_times()
 
     # -- the main loop
@@ -381,15 +485,29 @@ class _Simulation:
         at = 0.0
         while at < end:
             stop = self._train(at)
+            self.trained += stop.at - at
             yield from self._flush(min(stop.at, end))
             if stop.kind == "end":
                 break
+            if stop.kind == "fault":
+                self.next_fault = self._fault_after(self.trained)
             at = self._fault(stop.at) if stop.kind == "fault" else self._planned_stop(stop.at)
             yield from self._flush(min(at, end))
+        if self.in_flight is not None:
+            self._write_lost(at=math.inf)  # no checkpoint.failed at the end: the record holds it started
         self._fleet_at_end()
         if self.c.completes:
             self._push(end, "run.completed", run=self.c.run)
         yield from self._flush(end)
+
+    def _fault_after(self, trained: float) -> float:
+        """When, on the training clock, the next fault after `trained` strikes (infinite at hazard 0)."""
+        if self.hazard <= 0:
+            return math.inf
+        gap = self.rng.faults.expovariate(self.hazard)
+        while self.c.faults_avoided and self.rng.avoided.random() < self.c.faults_avoided:
+            gap += self.rng.faults.expovariate(self.hazard)  # this one never happens: training goes on
+        return trained + gap
 
     def _train(self, start: float) -> _Stop:
         """Train from `start` until a fault, a due planned stop or the end; returns the stop.
@@ -397,8 +515,10 @@ class _Simulation:
         A step event each minute of training carries the last step done. A checkpoint starts at the first step
         event at or after each `checkpoint_interval_s` of training (so an interval rounds up to whole minutes).
         """
-        c, rng = self.c, self.rng
-        fault_at = start + rng.expovariate(self.hazard) if self.hazard > 0 else math.inf
+        c = self.c
+        # Faults come on the run's own training clock, not redrawn after a planned stop (the same process, as it is
+        # memoryless): then two configs of one seed meet the same faults at the same training times.
+        fault_at = start + self.next_fault - self.trained
         limit = min(fault_at, c.duration_s)
         kind = "fault" if fault_at < c.duration_s else "end"
         base, at, trained, since_checkpoint = self.step, start, 0.0, 0.0
@@ -427,27 +547,35 @@ class _Simulation:
         """An asynchronous checkpoint from `at`; returns when training goes on (or `limit`, the run stopped)."""
         c = self.c
         self._push(at, "checkpoint.started", run=c.run, step=self.step)
-        blocking = round(c.checkpoint_blocking.draw(self.rng), 1)
-        durable = at + blocking + c.checkpoint_drain.draw(self.rng)
+        blocking = round(c.checkpoint_blocking.draw(self.rng.checkpoint), 1)
+        durable = at + blocking + c.checkpoint_drain.draw(self.rng.checkpoint)
         if durable > limit:
-            self.in_flight = self.step
+            self.in_flight, self.in_flight_at = self.step, at
             return min(at + blocking, limit)
-        self._completed(durable, blocking)
+        self._completed(at, durable, blocking)
         return at + blocking
 
     def _final_checkpoint(self, at: float, limit: float) -> float | None:
         """The synchronous save before planned maintenance; when it is durable, or None if the run stopped first."""
         c = self.c
         self._push(at, "checkpoint.started", run=c.run, step=self.step)
-        write = round(c.checkpoint_blocking.draw(self.rng) + c.checkpoint_drain.draw(self.rng), 1)
+        rng = self.rng.checkpoint
+        write = round(c.checkpoint_blocking.draw(rng) + c.checkpoint_drain.draw(rng), 1)
         if at + write > limit:
-            self.in_flight = self.step
+            self.in_flight, self.in_flight_at = self.step, at
             return None
-        self._completed(at + write, write)
+        self._completed(at, at + write, write)
         return at + write
 
-    def _completed(self, at: float, blocking_s: float) -> None:
+    def _write_lost(self, *, at: float) -> None:
+        """The write in flight when the run stopped: the record holds it as started and never completed, unless its
+        checkpoint.failed (at `at`) arrived within the run, which takes it out of the engine's count."""
+        if at > self.c.duration_s:
+            self.writes.append((self.in_flight or 0, self.in_flight_at, None, None))
+
+    def _completed(self, started: float, at: float, blocking_s: float) -> None:
         c = self.c
+        self.writes.append((self.step, started, blocking_s, at))
         self._push(
             at,
             "checkpoint.completed",
@@ -463,9 +591,9 @@ class _Simulation:
 
     def _fault(self, at: float) -> float:
         """An unexpected fault at `at`: its signals, the report, the culprit's repair, the restart; returns resume."""
-        c, rng = self.c, self.rng
+        c, rng = self.c, self.rng.cause
         cause = rng.choices(_DRAWN_CAUSES, weights=_CAUSE_WEIGHTS)[0]
-        detected = at + (c.detection_hang if cause in HANG_CAUSES else c.detection_crash).draw(rng)
+        detected = at + (c.detection_hang if cause in HANG_CAUSES else c.detection_crash).draw(self.rng.detection)
         details: dict = {}
         if cause not in NO_CULPRIT_CAUSES:
             details["node"] = rng.choice(self.nodes)
@@ -476,6 +604,7 @@ class _Simulation:
                 details["xid"] = xid
         reason = f"Xid {details['xid']}: {XID_MESSAGES[details['xid']][0]}" if "xid" in details else _REASONS[cause]
         if self.in_flight is not None:
+            self._write_lost(at=detected)
             self._push(
                 detected,
                 "checkpoint.failed",
@@ -492,16 +621,18 @@ class _Simulation:
             detected_at=self._time(detected),
             **details,
         )
-        running = detected + c.rescheduling.draw(rng)
+        running = detected + c.rescheduling.draw(self.rng.rescheduling)
         if "node" in details:
             self._repair(details["node"], cause, detected, gpu=details.get("gpu"))
             running = self._replace(details["node"], running)
-        return self._attempt(running)
+        resumed = self._attempt(running)
+        self.stops.append((at, detected, running, resumed, self.durable_step, False, cause.value, details.get("node")))
+        return resumed
 
     def _planned_stop(self, at: float) -> float:
         """Planned maintenance right after its checkpoint was durable; the run comes back on the same nodes."""
         c = self.c
-        reason = f"Planned maintenance: {self.rng.choice(_MAINTENANCE)}"
+        reason = f"Planned maintenance: {self.rng.planned.choice(_MAINTENANCE)}"
         self._push(
             at,
             "run.failed",
@@ -511,12 +642,16 @@ class _Simulation:
             planned=True,
             detected_at=self._time(at),
         )
-        return self._attempt(at + c.maintenance.draw(self.rng))
+        running = at + c.maintenance.draw(self.rng.planned)
+        resumed = self._attempt(running)
+        planned = Cause.PLANNED_MAINTENANCE.value
+        self.stops.append((at, at, running, resumed, self.durable_step, True, planned, None))
+        return resumed
 
     def _attempt(self, at: float, *, first: bool = False) -> float:
         """A new attempt starts at `at`; after a stop it reloads the last durable checkpoint. Returns resume."""
         c = self.c
-        self.job += 1 + self.rng.randrange(40)  # other jobs took the ids between
+        self.job += 1 + self.rng.jobs.randrange(40)  # other jobs took the ids between
         self._push(
             at,
             "run.started",
@@ -530,7 +665,7 @@ class _Simulation:
         )
         if first:
             return at
-        resumed = at + c.reload.draw(self.rng)
+        resumed = at + c.reload.draw(self.rng.reload)
         self._push(resumed, "run.restored", run=c.run, from_step=self.durable_step)
         self.step = self.durable_step
         return resumed
@@ -539,7 +674,7 @@ class _Simulation:
 
     def _gpu_signals(self, cause: Cause, node: str, gpu: int, at: float) -> int | None:
         """The Xid, ECC totals and health reading the node agent reports at the fault; returns the Xid."""
-        signal, rng = _GPU_SIGNALS[cause], self.rng
+        signal, rng = _GPU_SIGNALS[cause], self.rng.cause
         xid = rng.choice(signal.xids) if signal.xids else None
         if xid is not None:
             self._push(at, "gpu.xid", node=node, gpu=gpu, xid=xid, message=XID_MESSAGES[xid][0])
@@ -577,7 +712,7 @@ class _Simulation:
         """Cordon, repair, burn-in and health check; the node is back in the spare pool afterwards. The agent,
         started again on the repaired node, reads its faulted GPU clean: without that reading the record keeps the
         fault's (a driver asking for a reboot, a pending row remap) on a node back in service for ever."""
-        c, rng = self.c, self.rng
+        c, rng = self.c, self.rng.repair
         label = CAUSES[cause][0]
         cordoned = detected + rng.uniform(5, 60)
         self._push(cordoned, "node.state", node=node, state="cordoned", reason=f"{label}: drained from {c.run}")
@@ -656,7 +791,7 @@ class _Simulation:
         """One planned stop in each of `planned_count` equal slots of the run, away from the slot edges."""
         count = self.c.planned_count
         slot = self.c.duration_s / count if count else 0.0
-        return deque(slot * (i + self.rng.uniform(0.1, 0.9)) for i in range(count))
+        return deque(slot * (i + self.rng.planned.uniform(0.1, 0.9)) for i in range(count))
 
     # -- output
 
