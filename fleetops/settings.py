@@ -394,6 +394,11 @@ SLURM_TIMEOUT_S = env.float("SLURM_TIMEOUT_S", default=30.0)
 SIMULATED_CLUSTER_DELAY_S = env.float("SIMULATED_CLUSTER_DELAY_S", default=0.0)
 # What a GPU-hour costs, for the incident's cost per minute.
 GPU_HOUR_COST_USD = env.float("GPU_HOUR_COST_USD", default=2.5)
+# Levers (runs/domain/levers.py): the detection a step heartbeat gives (a fault noticed within a minute), and the
+# blocking of an asynchronous sharded copy to host memory (docs/DOMAIN.md section 2's 20 s); the other targets come
+# from the run's own record. Each can be overridden per request.
+LEVER_DETECTION_TARGET_S = env.float("LEVER_DETECTION_TARGET_S", default=60.0)
+LEVER_ASYNC_BLOCKING_S = env.float("LEVER_ASYNC_BLOCKING_S", default=20.0)
 
 # /metrics (fleetops/console/metrics.py): the whole answer is kept this long, a scrape inside it costs nothing; the
 # 24 h goodput of every run, the one costly figure, is kept longer. Events are counted up to those received

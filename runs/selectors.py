@@ -1,6 +1,7 @@
 """Reads of the fleet record for pages and the API."""
 
 import bisect
+import dataclasses
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, Concat
 
-from runs.domain import advisor, goodput, hostlist, lifecycle, quality, trust
+from runs.domain import advisor, goodput, hostlist, levers, lifecycle, quality, trust
 from runs.domain.cloudevents import CloudEvent
 from runs.models import Attempt, Checkpoint, Cluster, Event, EventRollup, Interruption, Node, Run
 
@@ -533,6 +534,54 @@ def run_mtbf_s(*, run: Run, rate: advisor.RateEstimate | None) -> float | None:
         return None
     # At least the advisor's resolution: 2^31 - 1 GPUs at a high fleet rate would fail more often than that.
     return max(advisor.job_mtbf_s(rate_per_gpu_hour=rate.rate, gpus=run.gpu_count), advisor.MIN_COST_S)
+
+
+@dataclass(frozen=True)
+class RunLevers:
+    """The run's levers (runs.domain.levers) over its whole record up to `until`, with the targets they were taken at
+    and where each target came from ('record', 'setting' or 'override')."""
+
+    report: levers.LeverReport
+    targets: levers.Targets
+    sources: dict[str, str]
+    since: datetime
+    until: datetime
+    mtbf_s: float | None
+    usd_per_gpu_hour: float
+
+
+def run_levers_get(*, run: Run, now: datetime, version: str | None = None, **overrides) -> RunLevers | None:
+    """What each fix would give back to the run: one source for the run page, the API and the weekly report. None for
+    a run that never started. `overrides`: any of levers.Targets' fields. M (for the advised interval) is the
+    advisor's (run_mtbf_s). An ended run's answer is kept under its record version and M while no target is
+    overridden; a running run's grows with `now` and is computed each time."""
+    if run.started_at is None:
+        return None
+    mtbf_s = run_mtbf_s(run=run, rate=fleet_failure_rate_get(now=now))
+    usd = settings.GPU_HOUR_COST_USD
+
+    def compute() -> RunLevers:
+        timeline = run_timeline_get(run=run)
+        found = levers.default_targets(
+            timeline,
+            detection_s=settings.LEVER_DETECTION_TARGET_S,
+            async_blocking_s=settings.LEVER_ASYNC_BLOCKING_S,
+            mtbf_s=mtbf_s,
+        )
+        given = {name: value for name, value in overrides.items() if value is not None}
+        targets = dataclasses.replace(found, **given)
+        setting = {"detection_s", "blocking_s"}
+        sources = {
+            f.name: "override" if f.name in given else "setting" if f.name in setting else "record"
+            for f in dataclasses.fields(targets)
+        }
+        report = levers.levers(timeline, now=now, targets=targets, mtbf_s=mtbf_s, usd_per_gpu_hour=usd)
+        return RunLevers(report, targets, sources, run.started_at, timeline.end(now), mtbf_s, usd)
+
+    if version is None or run.ended_at is None or any(value is not None for value in overrides.values()):
+        return compute()
+    key = f"fleetops:run:levers:{version}:{mtbf_s and round(mtbf_s, 1)}:{usd}"
+    return cache.get_or_set(key, compute, RECORD_CACHE_S)
 
 
 def _run_measured_costs(run: Run) -> tuple[float | None, float | None]:

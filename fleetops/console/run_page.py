@@ -52,6 +52,17 @@ def run_advisor(request, name):
     return render(request, "runs/run_detail.html#advisor", context)
 
 
+@login_required
+def run_levers(request, name):
+    """The levers section (htmx asks for it once the page is in: weighing every fix takes a few hundred ms on a long
+    run, which the page itself does not wait for)."""
+    run = get_object_or_404(Run, name=name)
+    found = selectors.run_levers_get(run=run, now=timezone.now(), version=selectors.run_record_version(run=run))
+    floor = (1 - found.report.together.goodput) if found and found.report.together else None
+    context = {"run": run, "levers": found, "levers_loaded": True, "floor": floor}
+    return render(request, "runs/run_detail.html#levers", context)
+
+
 def _goodput_context(run: Run, now, *, limit: int | None, version: str | None) -> dict:
     if run.started_at is None:
         return {"report": None}

@@ -7,6 +7,7 @@ urlpatterns = [
     path("", overview.overview, name="overview"),
     path("runs/<str:name>", run_page.run_detail, name="run-page"),
     path("runs/<str:name>/advisor", run_page.run_advisor, name="run-advisor"),
+    path("runs/<str:name>/levers", run_page.run_levers, name="run-levers"),
     path("nodes/<str:hostname>", node_page.node_detail, name="node-page"),
     path("search", search.search, name="search"),
     path("preferences", preferences.preferences, name="preferences"),

@@ -93,6 +93,10 @@ def report_csv_rows(data: dict) -> list[tuple[str, str, str, object]]:
         for key, value in row.items():
             if key != "run":
                 rows.append(("runs", row["run"], key, value))
+    for row in data.get("levers", []):  # reports made before the levers have none
+        for lever in [*row["levers"], *([row["together"]] if row["together"] else [])]:
+            for key in ("target_s", "goodput", "returned_gpu_h", "returned_usd"):
+                rows.append(("levers", f"{row['run']}:{lever['lever']}", key, lever[key]))
     for key, value in data["spares"].items():
         rows.append(("spares", "pool", key, value))
     for item in data["action_items"] or []:

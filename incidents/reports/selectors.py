@@ -18,7 +18,7 @@ from incidents.playbooks.spares import fleet_spares, spare_pools_get
 from incidents.selectors import response_metrics_get
 from runs.domain import advisor, goodput
 from runs.models import Interruption
-from runs.selectors import findings_in, fleet_goodput_get, run_advice_inputs_get, run_quality_get
+from runs.selectors import findings_in, fleet_goodput_get, run_advice_inputs_get, run_levers_get, run_quality_get
 
 FINDING_KINDS = ("lemon", "straggler", "sdc")
 
@@ -83,6 +83,8 @@ def report_build(*, since: datetime, until: datetime, now: datetime) -> dict:
         "top_racks": [{"rack": rack, "interruptions": n} for rack, n in top(Counter(row[4] for row in unplanned))],
         "findings": _findings(since=since, until=until),
         "runs": [_run_row(run, b, now=now, since=since, until=until) for run, b in fleet.by_run],
+        # What each fix would give back to each run, over its whole record up to `now` (as on its page).
+        "levers": [row for run, _b in fleet.by_run if (row := _run_levers(run, now=now)) is not None],
         # The overview's per-cluster pools over the report's week, added up (one source: incidents.playbooks.spares).
         "spares": fleet_spares(spare_pools_get(now=until, window_days=(until - since).total_seconds() / 86400)),
         "action_items": _open_action_items(),
@@ -162,6 +164,35 @@ def _run_row(run, b: goodput.Breakdown, *, now: datetime, since: datetime, until
         saved_gpu_h=(at_advised - at_current) * row["wall_clock_gpu_h"],
     )
     return row
+
+
+def _run_levers(run, *, now: datetime) -> dict | None:
+    """The run's levers (runs.selectors.run_levers_get, the run page's and the API's source) as JSON-able figures."""
+    found = run_levers_get(run=run, now=now)
+    if found is None:
+        return None
+    report = found.report
+
+    def figures(lever) -> dict:
+        return {
+            "lever": lever.name,
+            "label": lever.label,
+            "target_s": lever.target_s,
+            "goodput": lever.goodput,
+            "returned_gpu_h": lever.returned_gpu_hours,
+            "returned_usd": lever.returned_usd,
+        }
+
+    return {
+        "run": run.name,
+        "since": found.since.isoformat(),
+        "until": found.until.isoformat(),
+        "goodput": report.goodput,
+        "lost_gpu_h": report.lost_gpu_hours,
+        "levers": [figures(lever) for lever in report.levers],
+        "together": figures(report.together) if report.together else None,
+        "floor": (1 - report.together.goodput) if report.together else None,
+    }
 
 
 def _open_action_items() -> list[dict] | None:

@@ -11,7 +11,7 @@ from rest_framework.response import Response
 
 from runs import selectors
 from runs.api.windows import WindowQuery, days_before, window_get
-from runs.domain import advisor, goodput
+from runs.domain import advisor, goodput, levers
 from runs.models import Run
 
 # Costs and MTBF past about 30 years mean nothing, and huge ones overflow the advisor's arithmetic (a 500).
@@ -37,6 +37,21 @@ class OverridesQuery(serializers.Serializer):
     delta_s = serializers.FloatField(min_value=advisor.MIN_COST_S, max_value=MAX_S, required=False)
     mtbf_s = serializers.FloatField(min_value=advisor.MIN_COST_S, max_value=MAX_S, required=False)
     restart_s = serializers.FloatField(min_value=0, max_value=MAX_S, required=False)
+
+
+class LeverTargetsQuery(serializers.Serializer):
+    detection_s = serializers.FloatField(min_value=0, max_value=MAX_S, required=False, help_text="Detection target, s.")
+    rescheduling_s = serializers.FloatField(
+        min_value=0, max_value=MAX_S, required=False, help_text="Rescheduling target, s."
+    )
+    reload_s = serializers.FloatField(min_value=0, max_value=MAX_S, required=False, help_text="Reload target, s.")
+    blocking_s = serializers.FloatField(
+        min_value=0, max_value=MAX_S, required=False, help_text="Blocking of a checkpoint write, s."
+    )
+    interval_s = serializers.FloatField(
+        min_value=1, max_value=MAX_S, required=False, help_text="Checkpoint interval, s."
+    )
+    lemons = serializers.BooleanField(required=False, default=None, allow_null=True, help_text="Lemon nodes out.")
 
 
 # The daily series has a row per day of the window: a window from year 1 to 9999 took minutes and answered
@@ -167,3 +182,46 @@ def run_advice(request, name):
     )
     body["advice"] = advice_json(advice)
     return Response(body)
+
+
+def lever_json(lever: levers.Lever) -> dict:
+    return {
+        "lever": lever.name,
+        "label": lever.label,
+        "target_s": lever.target_s,
+        "affected": lever.affected,
+        "goodput": lever.goodput,
+        "returned_gpu_hours": lever.returned_gpu_hours,
+        "returned_usd": lever.returned_usd,
+    }
+
+
+def levers_json(found: selectors.RunLevers) -> dict:
+    report = found.report
+    return {
+        "since": found.since,
+        "until": found.until,
+        "goodput": report.goodput,
+        "lost_gpu_hours": report.lost_gpu_hours,
+        "usd_per_gpu_hour": found.usd_per_gpu_hour,
+        "mtbf_s": found.mtbf_s,
+        "targets": {name: getattr(found.targets, name) for name in found.sources},
+        "sources": found.sources,
+        "levers": [lever_json(lever) for lever in report.levers],
+        # Every fix but fewer failures at once; the badput it leaves only fewer failures can lower.
+        "together": lever_json(report.together) if report.together else None,
+        "floor": (1 - report.together.goodput) if report.together else None,
+    }
+
+
+@extend_schema(parameters=[LeverTargetsQuery], responses=dict, summary="What each fix would give back to the run")
+@api_view(["GET"])
+def run_levers(request, name):
+    run = get_object_or_404(Run, name=name)
+    targets = _query(LeverTargetsQuery, request)
+    found = selectors.run_levers_get(
+        run=run, now=timezone.now(), version=selectors.run_record_version(run=run), **targets
+    )
+    if found is None:
+        return Response({"run": run.name, "detail": "The run has not started: nothing to weigh.", "levers": []})
+    return Response({"run": run.name, "gpus": run.gpu_count, **levers_json(found)})

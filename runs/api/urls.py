@@ -12,6 +12,7 @@ urlpatterns = [
     path("events", views.events_create, name="events"),
     path("runs/<str:name>/goodput", goodput.run_goodput, name="run-goodput"),
     path("runs/<str:name>/advice", goodput.run_advice, name="run-advice"),
+    path("runs/<str:name>/levers", goodput.run_levers, name="run-levers-api"),
     path("fleet/goodput", goodput.fleet_goodput, name="fleet-goodput"),
     path("advisor", goodput.advisor_what_if, name="advisor"),
     path("schema", SpectacularAPIView.as_view(permission_classes=[]), name="schema"),

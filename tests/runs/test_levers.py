@@ -194,3 +194,71 @@ def test_a_run_with_nothing_to_fix_returns_nothing():
     run = RunTimeline(T0, at(600), 8, (), (CheckpointSpan(1, at(30), 10.0, at(31)),))
     report = levers.levers(run, now=at(600), targets=levers.Targets(blocking_s=20), mtbf_s=None, usd_per_gpu_hour=2)
     assert [(lever.name, lever.returned_gpu_hours) for lever in report.levers] == [("checkpoint", 0.0), ("lemons", 0.0)]
+
+
+# --- one source: the API, the run page and the weekly report ---------------------------------------------------
+
+TINY = SimulationConfig(gpus=64, days=2, rate_per_gpu_hour=LLAMA3_RATE_PER_GPU_HOUR * 150, planned_stops=1)
+
+
+@pytest.fixture
+def simulated(db, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("simulate", "--gpus", "64", "--days", "2", "--rate", str(TINY.rate_per_gpu_hour),
+                     "--planned", "1", "--apply", stdout=open("/dev/null", "w"))  # fmt: skip
+    return Run.objects.get(name=TINY.run)
+
+
+def test_the_api_answers_each_lever_from_the_runs_record(reader, simulated):
+    body = reader.get(f"/api/v1/runs/{TINY.run}/levers").json()
+    assert body["sources"]["detection_s"] == "setting" and body["sources"]["rescheduling_s"] == "record"
+    names = [row["lever"] for row in body["levers"]]
+    assert set(names) == set(levers.LEVERS) - ({"interval"} if body["mtbf_s"] is None else set())
+    returns = [row["returned_gpu_hours"] for row in body["levers"]]
+    assert returns == sorted(returns, reverse=True)
+    # The same figures as the engine on the simulator's own account of the run, at the targets the API states.
+    truth = simulate_timeline(TINY)
+    targets = levers.Targets(**{name: value for name, value in body["targets"].items()})
+    expected = levers.levers(truth, now=TINY.end, targets=targets, mtbf_s=body["mtbf_s"], usd_per_gpu_hour=2.5)
+    assert body["goodput"] == pytest.approx(expected.goodput, abs=1e-12)
+    by_name = {lever.name: lever for lever in expected.levers}
+    for row in body["levers"]:
+        assert row["goodput"] == pytest.approx(by_name[row["lever"]].goodput, abs=1e-12), row["lever"]
+    assert body["floor"] == pytest.approx(1 - body["together"]["goodput"])
+    assert body["until"].startswith(TINY.end.isoformat()[:19].replace("+00:00", ""))
+
+
+def test_a_target_can_be_overridden_and_a_bad_one_is_refused_naming_the_field(reader, simulated):
+    body = reader.get(f"/api/v1/runs/{TINY.run}/levers?detection_s=1&lemons=false").json()
+    assert body["targets"]["detection_s"] == 1 and body["sources"]["detection_s"] == "override"
+    assert "lemons" not in [row["lever"] for row in body["levers"]]
+    response = reader.get(f"/api/v1/runs/{TINY.run}/levers?reload_s=-5")
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "reload_s"
+    assert reader.get("/api/v1/runs/nope/levers").status_code == 404
+
+
+def test_the_run_page_loads_the_levers_and_shows_the_apis_figures(oncall, reader, simulated):
+    page = oncall.get(f"/runs/{TINY.run}").content.decode()
+    assert f'hx-get="/runs/{TINY.run}/levers"' in page
+    section = oncall.get(f"/runs/{TINY.run}/levers").content.decode()
+    body = reader.get(f"/api/v1/runs/{TINY.run}/levers").json()
+    top = body["levers"][0]
+    assert f'id="lever-{top["lever"]}"' in section and top["label"] in section
+    assert f"{top['goodput'] * 100:.1f}%" in section
+    assert f"{body['floor'] * 100:.1f}%" in section.split('id="levers-floor"')[1]
+
+
+def test_the_weekly_report_carries_each_runs_levers_from_the_same_source(reader, simulated):
+    from incidents.reports.rendering import report_csv_rows
+    from incidents.reports.selectors import report_build
+
+    data = report_build(since=TINY.start, until=TINY.end, now=TINY.end)
+    (row,) = data["levers"]
+    body = reader.get(f"/api/v1/runs/{TINY.run}/levers").json()
+    assert row["run"] == TINY.run and row["goodput"] == pytest.approx(body["goodput"])
+    # The report weighs the record up to when it was made; the run ended before, so its figures are the API's.
+    assert [(x["lever"], round(x["goodput"], 12)) for x in row["levers"]] == [
+        (x["lever"], round(x["goodput"], 12)) for x in body["levers"]
+    ]
+    csv = [r for r in report_csv_rows(data) if r[0] == "levers"]
+    assert (("levers", f"{TINY.run}:{body['levers'][0]['lever']}", "goodput", row["levers"][0]["goodput"]) in csv)
