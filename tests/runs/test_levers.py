@@ -261,4 +261,4 @@ def test_the_weekly_report_carries_each_runs_levers_from_the_same_source(reader,
         (x["lever"], round(x["goodput"], 12)) for x in body["levers"]
     ]
     csv = [r for r in report_csv_rows(data) if r[0] == "levers"]
-    assert (("levers", f"{TINY.run}:{body['levers'][0]['lever']}", "goodput", row["levers"][0]["goodput"]) in csv)
+    assert ("levers", f"{TINY.run}:{body['levers'][0]['lever']}", "goodput", row["levers"][0]["goodput"]) in csv
