@@ -150,7 +150,8 @@ def advisor_curve(advice: advisor.Advice) -> dict:
             "mode": "lines",
             "name": "expected waste W(τ)",
             "x": taus,
-            "y": [w * 100 for _, w in advice.curve],
+            # A waste of 100% or more is not a fraction of the time: a gap in the line, not a point off the chart.
+            "y": [w * 100 if w < 1 else None for _, w in advice.curve],
             "line": {"color": COLORS["checkpoint"]},
             "hovertemplate": "τ = %{x:,.1~f} min: %{y:,.2~f}%<extra></extra>",
         }

@@ -3,6 +3,7 @@
 import bisect
 import dataclasses
 import hashlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -524,6 +525,25 @@ def run_advice_inputs_get(
         rate=rate,
         mtbf_range_s=mtbf_range,
         as_of=now,
+    )
+
+
+# The sizes the advisor projects a job to: up to Meta's 131,072-GPU projection (16,384 nodes of 8).
+SCALE_GPUS = (1024, 4096, 16_384, 32_768, 65_536, 131_072)
+
+
+def advice_at_scale(advice: advisor.Advice, *, gpus: int) -> list[advisor.ScalePoint]:
+    """The advised job at other sizes (SCALE_GPUS and its own), at the per-GPU failure rate its M implies and its own
+    blocking write and restart cost: the run page's and the advice API's projection."""
+    if not gpus or not math.isfinite(advice.mtbf_s):
+        return []
+    rate_per_gpu_hour = 3600 / (advice.mtbf_s * gpus)
+    sizes = sorted({*SCALE_GPUS, gpus})
+    return advisor.at_scale(
+        gpus=sizes,
+        failures_per_node_day=advisor.per_node_day(rate_per_gpu_hour),
+        delta_s=advice.delta_s,
+        restart_s=advice.restart_s,
     )
 
 

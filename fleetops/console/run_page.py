@@ -135,7 +135,8 @@ def _advisor_context(run: Run, now, *, form: WhatIfForm | None, version: str | N
         "inputs": inputs,
         "what_if": form,
         "advice": advice,
-        "advisor_figure": charts.advisor_curve(advice) if advice else None,
+        "advisor_figure": charts.advisor_curve(advice) if advice and advice.in_range else None,
+        "scale": selectors.advice_at_scale(advice, gpus=run.gpu_count) if advice else [],
     }
 
 

@@ -1,5 +1,6 @@
 """Goodput and checkpoint-advice endpoints."""
 
+from dataclasses import asdict
 from datetime import timedelta
 
 from django.shortcuts import get_object_or_404
@@ -95,6 +96,8 @@ def advice_json(advice: advisor.Advice) -> dict:
         "waste_at_daly": advice.waste_at_daly,
         "goodput_at_daly": advice.goodput_at_daly,
         "floor": advice.floor,
+        # False: even the floor is 100% or more, the first-order model has no answer (nothing to plot).
+        "in_range": advice.in_range,
         "current_s": advice.current_s,
         "waste_at_current": advice.waste_at_current,
         "goodput_at_current": advice.goodput_at_current,
@@ -181,6 +184,7 @@ def run_advice(request, name):
         delta_s=inputs.delta_s, mtbf_s=inputs.mtbf_s, restart_s=inputs.restart_s, current_s=inputs.current_s
     )
     body["advice"] = advice_json(advice)
+    body["scale"] = [asdict(point) for point in selectors.advice_at_scale(advice, gpus=run.gpu_count)]
     return Response(body)
 
 

@@ -136,6 +136,12 @@ class Advice:
     curve: list[tuple[float, float]]
 
     @property
+    def in_range(self) -> bool:
+        """Whether the first-order model has an answer: below a floor of 100%, some interval leaves the job time to
+        train. At or past it, restarts and rewound work alone take more than the time between failures."""
+        return self.floor < 1
+
+    @property
     def goodput_at_daly(self) -> float:
         return min(max(1 - self.waste_at_daly, 0.0), 1.0)
 
@@ -165,6 +171,98 @@ def advise(*, delta_s: float, mtbf_s: float, restart_s: float, current_s: float 
         waste_at_current=waste(current_s, **costs) if current_s else None,
         curve=curve(**costs),
     )
+
+
+# -- Meta's expected ETTR and the fleet at scale -----------------------------------------------------------------
+
+# Kokolis et al., "Revisiting Reliability in Large-Scale ML Research Clusters" (arXiv 2410.21680): failures per
+# node-day of runtime measured on Meta's two research clusters, and the 8-GPU nodes they count.
+RSC1_FAILURES_PER_NODE_DAY = 6.50e-3
+RSC2_FAILURES_PER_NODE_DAY = 2.34e-3
+GPUS_PER_NODE = 8
+
+
+def per_node_day(rate_per_gpu_hour: float, *, gpus_per_node: int = GPUS_PER_NODE) -> float:
+    """A per-GPU-hour failure rate as failures per node-day (the paper's r_f)."""
+    return rate_per_gpu_hour * gpus_per_node * 24
+
+
+def mttf_s(*, nodes: int, failures_per_node_day: float) -> float:
+    """A job's mean time to failure, 1 / (N_nodes r_f), in seconds; infinite at rate 0."""
+    exposure = nodes * failures_per_node_day
+    return math.inf if exposure <= 0 else 86400 / exposure
+
+
+@dataclass(frozen=True)
+class Ettr:
+    """Expected ETTR (goodput) from Kokolis et al.'s first-order model, or why the model has no answer.
+
+    lost: the share of time the failures take, N_nodes r_f (u0 + dt/2); ettr = (1 - lost) / (1 + w/dt). The model
+    counts each failure's restart and catch-up once and lets failures never overlap: it holds while failures are
+    rare against a restart plus half an interval. With lost at 1 or more the job would never make progress between
+    failures, and the formula's zero or negative value is not an ETTR: `ettr` is None and `in_range` False."""
+
+    ettr: float | None
+    lost: float
+    mttf_s: float
+    in_range: bool
+
+
+def expected_ettr(
+    *, nodes: int, failures_per_node_day: float, restart_s: float, interval_s: float, write_s: float = 0.0
+) -> Ettr:
+    """E[ETTR] ~ (1 - N_nodes r_f (u0 + dt/2)) / (1 + w/dt) (Kokolis et al. 2024, section on expected ETTR): u0 the
+    restart overhead, dt the checkpoint interval, w the blocking write time, r_f per node-day. Seconds in and out."""
+    _require_positive(interval_s=interval_s)
+    mttf = mttf_s(nodes=nodes, failures_per_node_day=failures_per_node_day)
+    lost = (restart_s + interval_s / 2) / mttf
+    if lost >= 1:
+        return Ettr(None, lost, mttf, False)
+    return Ettr((1 - lost) / (1 + write_s / interval_s), lost, mttf, True)
+
+
+def daly_young_interval_s(*, write_s: float, nodes: int, failures_per_node_day: float) -> float:
+    """The paper's optimal interval sqrt(2 w / (N_nodes r_f)): Young's, with M the job's MTTF."""
+    return young(delta_s=write_s, mtbf_s=mttf_s(nodes=nodes, failures_per_node_day=failures_per_node_day))
+
+
+@dataclass(frozen=True)
+class ScalePoint:
+    """The same job at another size: its MTTF, the advised interval and what each model expects there.
+
+    `waste` is the first-order W at Daly's interval (this advisor's model); past 1 the job loses more time than it
+    has and `goodput` is None, as is `ettr` where Meta's model leaves its range."""
+
+    gpus: int
+    nodes: int
+    mttf_s: float
+    interval_s: float
+    waste: float
+    goodput: float | None
+    ettr: float | None
+
+
+def at_scale(
+    *, gpus: Iterable[int], failures_per_node_day: float, delta_s: float, restart_s: float,
+    gpus_per_node: int = GPUS_PER_NODE,
+) -> list[ScalePoint]:  # fmt: skip
+    """The job projected to each size at one failure rate per node-day, one blocking write and one restart cost."""
+    points = []
+    for size in gpus:
+        nodes = max(math.ceil(size / gpus_per_node), 1)
+        mttf = mttf_s(nodes=nodes, failures_per_node_day=failures_per_node_day)
+        interval = daly(delta_s=delta_s, mtbf_s=mttf) if math.isfinite(mttf) else math.inf
+        w = 0.0 if not math.isfinite(mttf) else waste(interval, delta_s=delta_s, mtbf_s=mttf, restart_s=restart_s)
+        ettr = (
+            expected_ettr(
+                nodes=nodes, failures_per_node_day=failures_per_node_day, restart_s=restart_s,
+                interval_s=interval, write_s=delta_s,
+            ).ettr
+            if math.isfinite(interval)
+            else 1.0
+        )  # fmt: skip
+        points.append(ScalePoint(size, nodes, mttf, interval, w, 1 - w if w < 1 else None, ettr))
+    return points
 
 
 # -- failure rate with a confidence interval --------------------------------------------------------------
