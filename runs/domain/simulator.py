@@ -135,6 +135,9 @@ class SimulationConfig:
     checkpoint_blocking: Triangular = Triangular(20, 30, 60)
     checkpoint_drain: Triangular = _minutes(1, 2, 5)
     step_s: float = 6.0  # one optimizer step; about Llama 3 405B's 16M-token batch on 16k H100s
+    # A run.step event each this many seconds of training; a checkpoint starts at the first one past its interval,
+    # so this is also the grain of the interval (a minute; finer for intervals of a minute or two).
+    step_event_s: float = STEP_EVENT_S
     model_params: int = 405_000_000_000
     # docs/DOMAIN.md section 2: a crash is noticed in seconds, a hang by the NCCL watchdog after 10-30 min.
     detection_crash: Triangular = Triangular(5, 20, 120)
@@ -152,6 +155,14 @@ class SimulationConfig:
     # The share of those faults that never happen (lemon nodes taken out): the fault process thinned, which is the
     # same Poisson process at (1 - share) of the hazard, with the faults that remain where they were.
     faults_avoided: float = 0.0
+    # Two tiers (docs/DOMAIN.md section 3, "Checkpoint tiers"): with fast_blocking set, writes go to host memory with
+    # a copy on a peer (tier "memory", restorable as soon as written), and every durable_every-th write goes to
+    # durable storage as above. A fault leaves the newest memory copy usable with probability fast_survives; the
+    # job then reloads it in fast_reload instead of going back to the durable one.
+    fast_blocking: Triangular | None = None
+    durable_every: int = 1
+    fast_survives: float = 0.0
+    fast_reload: Triangular = Triangular(10, 20, 60)
     # A run.completed at the end: a finished run's goodput and failure rate stop at its end. False leaves it
     # running, for a live demo that ends now; a past run left running would count every day since as training.
     completes: bool = True
@@ -167,6 +178,8 @@ class SimulationConfig:
             raise ValueError("gpus_per_node must be 1-256")
         if self.gpus < 1 or self.gpus % self.gpus_per_node:
             raise ValueError(f"gpus must be a positive multiple of gpus_per_node ({self.gpus_per_node})")
+        if self.step_event_s < 1 or self.step_event_s < self.step_s:
+            raise ValueError("step_event_s must be at least 1 s and at least one step")
         if self.days <= 0 or self.rate_per_gpu_hour < 0 or self.checkpoint_interval_s <= 0 or self.step_s <= 0:
             raise ValueError("days, checkpoint_interval_s and step_s must be positive, rate_per_gpu_hour >= 0")
         for name in ("cluster", "run"):
@@ -176,6 +189,8 @@ class SimulationConfig:
                 )
         if (self.hazard_per_s or 0) < 0 or not 0 <= self.faults_avoided < 1:
             raise ValueError("hazard_per_s must be >= 0 and faults_avoided in [0, 1)")
+        if self.durable_every < 1 or not 0 <= self.fast_survives <= 1:
+            raise ValueError("durable_every must be >= 1 and fast_survives in [0, 1]")
         if (self.planned_stops or 0) < 0 or (self.spare_nodes or 0) < 0 or self.model_params < 1:
             raise ValueError("planned_stops and spare_nodes must be >= 0, model_params >= 1")
 
@@ -338,7 +353,7 @@ def simulate_timeline(config: SimulationConfig) -> RunTimeline:
     """The run as the goodput engine should see it from a complete record of its stream: each stop's fault, detection,
     restart and resume, and each write the record counts. What happens after the end is not in the stream, so a
     restart or resume after it is unknown (None), as it is in the record."""
-    run = _Simulation(config)
+    run = _Simulation(config, steps=False)  # a step event a minute is most of a stream, and no part of the timeline
     for _event in run.events():
         pass
     end = config.duration_s
@@ -363,8 +378,8 @@ def simulate_timeline(config: SimulationConfig) -> RunTimeline:
             )
         )
     writes = [
-        CheckpointSpan(step, moment(started), blocking, moment(durable), "durable")
-        for step, started, blocking, durable in run.writes
+        CheckpointSpan(step, moment(started), blocking, moment(durable), tier)
+        for step, started, blocking, durable, tier in run.writes
     ]
     return RunTimeline(config.start, config.end if config.completes else None, config.gpus, tuple(stops), tuple(writes))
 
@@ -422,7 +437,8 @@ class _Streams:
     """The simulation's random streams, one per concern, each seeded from the run's seed and its own name."""
 
     NAMES = (
-        "faults", "avoided", "cause", "detection", "rescheduling", "reload", "checkpoint", "repair", "planned", "jobs"
+        "faults", "avoided", "cause", "detection", "rescheduling", "reload", "checkpoint", "repair", "planned", "jobs",
+        "tiers",
     )  # fmt: skip
     faults: random.Random
     avoided: random.Random
@@ -434,6 +450,7 @@ class _Streams:
     repair: random.Random
     planned: random.Random
     jobs: random.Random
+    tiers: random.Random
 
     def __init__(self, seed: int):
         for name in self.NAMES:
@@ -452,8 +469,9 @@ class _Simulation:
     Every push is at or after the time the simulation has reached, so everything up to that time can leave.
     """
 
-    def __init__(self, config: SimulationConfig):
+    def __init__(self, config: SimulationConfig, *, steps: bool = True):
         self.c = config
+        self.steps = steps
         self.rng = _Streams(config.seed)
         self.hazard = fault_hazard_per_s(config)
         self.trained = 0.0  # seconds of training so far, checkpoint writes included: the faults' clock
@@ -472,7 +490,10 @@ class _Simulation:
         self.in_flight_at = 0.0  # when that write started
         # The truth the record should hold (simulate_timeline): every stop and every write, seconds from the start.
         self.stops: list[tuple[float, float, float, float, int, bool, str, str | None]] = []
-        self.writes: list[tuple[int, float, float | None, float | None]] = []  # step, started, blocking, durable
+        # step, started, blocking, durable, tier
+        self.writes: list[tuple[int, float, float | None, float | None, str]] = []
+        self.written = 0  # writes started: with two tiers, every durable_every-th is durable
+        self.fast_step: int | None = None  # the newest memory copy's step, while newer than the durable one
         self.job = 100_000 + self.rng.jobs.randrange(900_000)
         self.planned = self._planned_times()
 
@@ -512,8 +533,8 @@ class _Simulation:
     def _train(self, start: float) -> _Stop:
         """Train from `start` until a fault, a due planned stop or the end; returns the stop.
 
-        A step event each minute of training carries the last step done. A checkpoint starts at the first step
-        event at or after each `checkpoint_interval_s` of training (so an interval rounds up to whole minutes).
+        A step event each step_event_s of training (a minute) carries the last step done. A checkpoint starts at the
+        first step event at or after each `checkpoint_interval_s` of training (an interval rounds up to that grain).
         """
         c = self.c
         # Faults come on the run's own training clock, not redrawn after a planned stop (the same process, as it is
@@ -523,12 +544,14 @@ class _Simulation:
         kind = "fault" if fault_at < c.duration_s else "end"
         base, at, trained, since_checkpoint = self.step, start, 0.0, 0.0
         self.in_flight = None
-        while at + STEP_EVENT_S <= limit:
-            at += STEP_EVENT_S
-            trained += STEP_EVENT_S
-            since_checkpoint += STEP_EVENT_S
+        tick = c.step_event_s
+        while at + tick <= limit:
+            at += tick
+            trained += tick
+            since_checkpoint += tick
             self.step = base + int(trained // c.step_s)
-            self._push(at, "run.step", run=c.run, step=self.step)
+            if self.steps:
+                self._push(at, "run.step", run=c.run, step=self.step)
             if since_checkpoint < c.checkpoint_interval_s:
                 continue
             since_checkpoint = 0.0
@@ -546,6 +569,9 @@ class _Simulation:
     def _checkpoint(self, at: float, limit: float) -> float:
         """An asynchronous checkpoint from `at`; returns when training goes on (or `limit`, the run stopped)."""
         c = self.c
+        self.written += 1
+        if c.fast_blocking is not None and self.written % c.durable_every:
+            return self._fast_checkpoint(at, limit)
         self._push(at, "checkpoint.started", run=c.run, step=self.step)
         blocking = round(c.checkpoint_blocking.draw(self.rng.checkpoint), 1)
         durable = at + blocking + c.checkpoint_drain.draw(self.rng.checkpoint)
@@ -553,6 +579,27 @@ class _Simulation:
             self.in_flight, self.in_flight_at = self.step, at
             return min(at + blocking, limit)
         self._completed(at, durable, blocking)
+        return at + blocking
+
+    def _fast_checkpoint(self, at: float, limit: float) -> float:
+        """A copy to host memory (and a peer's): restorable once its blocking ends, never durable."""
+        c = self.c
+        self._push(at, "checkpoint.started", run=c.run, step=self.step)
+        blocking = round(c.fast_blocking.draw(self.rng.checkpoint), 1)
+        if at + blocking > limit:
+            self.in_flight, self.in_flight_at = self.step, at
+            return limit
+        self.writes.append((self.step, at, blocking, None, "memory"))
+        self._push(
+            at + blocking,
+            "checkpoint.completed",
+            run=c.run,
+            step=self.step,
+            blocking_s=blocking,
+            bytes=c.checkpoint_bytes,
+            tier="memory",
+        )
+        self.fast_step = self.step
         return at + blocking
 
     def _final_checkpoint(self, at: float, limit: float) -> float | None:
@@ -571,11 +618,11 @@ class _Simulation:
         """The write in flight when the run stopped: the record holds it as started and never completed, unless its
         checkpoint.failed (at `at`) arrived within the run, which takes it out of the engine's count."""
         if at > self.c.duration_s:
-            self.writes.append((self.in_flight or 0, self.in_flight_at, None, None))
+            self.writes.append((self.in_flight or 0, self.in_flight_at, None, None, "durable"))
 
     def _completed(self, started: float, at: float, blocking_s: float) -> None:
         c = self.c
-        self.writes.append((self.step, started, blocking_s, at))
+        self.writes.append((self.step, started, blocking_s, at, "durable"))
         self._push(
             at,
             "checkpoint.completed",
@@ -586,6 +633,7 @@ class _Simulation:
             tier="durable",
         )
         self.durable_step = self.step
+        self.fast_step = None
 
     # -- stops and restarts
 
@@ -625,8 +673,11 @@ class _Simulation:
         if "node" in details:
             self._repair(details["node"], cause, detected, gpu=details.get("gpu"))
             running = self._replace(details["node"], running)
-        resumed = self._attempt(running)
-        self.stops.append((at, detected, running, resumed, self.durable_step, False, cause.value, details.get("node")))
+        # The newest memory copy, where one is newer than the durable checkpoint and it survived the fault.
+        fast = self.fast_step is not None and self.rng.tiers.random() < c.fast_survives
+        restore = self.fast_step if fast else self.durable_step
+        resumed = self._attempt(running, restore=restore, reload=c.fast_reload if fast else c.reload)
+        self.stops.append((at, detected, running, resumed, restore, False, cause.value, details.get("node")))
         return resumed
 
     def _planned_stop(self, at: float) -> float:
@@ -643,13 +694,14 @@ class _Simulation:
             detected_at=self._time(at),
         )
         running = at + c.maintenance.draw(self.rng.planned)
-        resumed = self._attempt(running)
+        resumed = self._attempt(running, restore=self.durable_step, reload=c.reload)
         planned = Cause.PLANNED_MAINTENANCE.value
         self.stops.append((at, at, running, resumed, self.durable_step, True, planned, None))
         return resumed
 
-    def _attempt(self, at: float, *, first: bool = False) -> float:
-        """A new attempt starts at `at`; after a stop it reloads the last durable checkpoint. Returns resume."""
+    def _attempt(self, at: float, *, first: bool = False, restore: int = 0, reload: Triangular | None = None) -> float:
+        """A new attempt starts at `at`; after a stop it reloads the checkpoint of step `restore` in `reload`. Returns
+        when it trains again."""
         c = self.c
         self.job += 1 + self.rng.jobs.randrange(40)  # other jobs took the ids between
         self._push(
@@ -665,9 +717,10 @@ class _Simulation:
         )
         if first:
             return at
-        resumed = at + c.reload.draw(self.rng.reload)
-        self._push(resumed, "run.restored", run=c.run, from_step=self.durable_step)
-        self.step = self.durable_step
+        resumed = at + (reload or c.reload).draw(self.rng.reload)
+        self._push(resumed, "run.restored", run=c.run, from_step=restore)
+        self.step = restore
+        self.fast_step = None  # the restarted job writes its memory copies again
         return resumed
 
     # -- hardware
