@@ -4,6 +4,7 @@ import bisect
 import dataclasses
 import hashlib
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -33,7 +34,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, Concat
 
-from runs.domain import advisor, goodput, hostlist, levers, lifecycle, quality, trust
+from runs.domain import advisor, goodput, hostlist, levers, lifecycle, quality, tiers, trust
 from runs.domain.cloudevents import CloudEvent
 from runs.models import Attempt, Checkpoint, Cluster, Event, EventRollup, Interruption, Node, Run
 
@@ -525,6 +526,29 @@ def run_advice_inputs_get(
         rate=rate,
         mtbf_range_s=mtbf_range,
         as_of=now,
+    )
+
+
+def run_tier_advice_get(
+    *, run: Run, delta_s: float, mtbf_s: float, restart_s: float, version: str | None = None, **overrides
+) -> tiers.TierAdvice | None:  # fmt: skip
+    """The two-tier plan for the run: its record's tiers (kept under its record version) with the advice's delta, M
+    and R where the record has none of its own. One source for the run page and the advice API; None without M."""
+    if not mtbf_s or not math.isfinite(mtbf_s) or not delta_s:
+        return None
+
+    def measure() -> tuple[tiers.TierRecord, float | None]:
+        timeline = run_timeline_get(run=run)
+        reloads = [
+            (s.resumed_at - s.running_at).total_seconds()
+            for s in timeline.interruptions
+            if s.running_at is not None and s.resumed_at is not None and s.resumed_at > s.running_at
+        ]
+        return tiers.measured(timeline), (statistics.median(reloads) if reloads else None)
+
+    record, reload_s = run_record_cached(run=run, version=version, part="tiers", compute=measure)
+    return tiers.advise(
+        record, delta_s=delta_s, restart_s=restart_s or 0.0, reload_s=reload_s, mtbf_s=mtbf_s, **overrides
     )
 
 

@@ -48,7 +48,7 @@ API_CAPS = {
     "incidents": 12,  # 10
     "incident": 12,  # 10
     "run-goodput": 13,  # 11: 5, and 6 for its data-quality findings (starts, restores, failures, checkpoints)
-    "run-advice": 8,  # 7
+    "run-advice": 10,  # 9: the record version and its two-tier measure (its interruptions and checkpoints)
     "fleet-goodput": 6,  # 5
 }
 

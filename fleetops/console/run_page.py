@@ -137,6 +137,11 @@ def _advisor_context(run: Run, now, *, form: WhatIfForm | None, version: str | N
         "advice": advice,
         "advisor_figure": charts.advisor_curve(advice) if advice and advice.in_range else None,
         "scale": selectors.advice_at_scale(advice, gpus=run.gpu_count) if advice else [],
+        "tiers": selectors.run_tier_advice_get(
+            run=run, delta_s=advice.delta_s, mtbf_s=advice.mtbf_s, restart_s=advice.restart_s, version=version
+        )
+        if advice and advice.in_range
+        else None,
     }
 
 

@@ -1,5 +1,6 @@
 """Goodput and checkpoint-advice endpoints."""
 
+import math
 from dataclasses import asdict
 from datetime import timedelta
 
@@ -38,6 +39,17 @@ class OverridesQuery(serializers.Serializer):
     delta_s = serializers.FloatField(min_value=advisor.MIN_COST_S, max_value=MAX_S, required=False)
     mtbf_s = serializers.FloatField(min_value=advisor.MIN_COST_S, max_value=MAX_S, required=False)
     restart_s = serializers.FloatField(min_value=0, max_value=MAX_S, required=False)
+    # The two-tier plan's own inputs (the durable tier's are delta_s and restart_s unless the record has them).
+    fast_s = serializers.FloatField(min_value=0, max_value=MAX_S, required=False, help_text="Fast-tier blocking, s.")
+    survive = serializers.FloatField(
+        min_value=0, max_value=1, required=False, help_text="Share of faults the fast copy survives."
+    )
+    fast_restart_s = serializers.FloatField(
+        min_value=0, max_value=MAX_S, required=False, help_text="Fault to training again from a fast copy, s."
+    )
+
+
+TIER_FIELDS = ("fast_s", "survive", "fast_restart_s")
 
 
 class LeverTargetsQuery(serializers.Serializer):
@@ -162,7 +174,10 @@ def advisor_what_if(request):
 @api_view(["GET"])
 def run_advice(request, name):
     run = get_object_or_404(Run, name=name)
-    inputs = selectors.run_advice_inputs_get(run=run, now=timezone.now(), **_query(OverridesQuery, request))
+    query = _query(OverridesQuery, request)
+    tier_overrides = {name: query.pop(name) for name in TIER_FIELDS if name in query}
+    version = selectors.run_record_version(run=run)
+    inputs = selectors.run_advice_inputs_get(run=run, now=timezone.now(), version=version, **query)
     body = {"run": run.name, "gpus": run.gpu_count, "sources": inputs.sources, "missing": inputs.missing}
     if inputs.rate is not None:
         rate = inputs.rate
@@ -185,7 +200,34 @@ def run_advice(request, name):
     )
     body["advice"] = advice_json(advice)
     body["scale"] = [asdict(point) for point in selectors.advice_at_scale(advice, gpus=run.gpu_count)]
+    tier = selectors.run_tier_advice_get(
+        run=run,
+        delta_s=advice.delta_s,
+        mtbf_s=advice.mtbf_s,
+        restart_s=advice.restart_s,
+        version=version,
+        **tier_overrides,
+    )
+    body["tiers"] = tiers_json(tier) if tier else None
     return Response(body)
+
+
+def tiers_json(tier) -> dict:
+    def plan(p) -> dict:
+        return {
+            "fast_interval_s": p.fast_interval_s,
+            "durable_every": p.every,
+            "durable_interval_s": p.durable_interval_s,
+            "waste": p.waste if math.isfinite(p.waste) else None,
+        }
+
+    inputs = ("fast_s", "durable_s", "survive", "fast_restart_s", "durable_restart_s", "mtbf_s")
+    return {
+        **{name: getattr(tier, name) for name in inputs},
+        "sources": tier.sources,
+        "plan": plan(tier.plan),
+        "one_tier": plan(tier.one_tier),
+    }
 
 
 def lever_json(lever: levers.Lever) -> dict:

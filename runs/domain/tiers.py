@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from runs.domain.advisor import _GOLDEN, MIN_COST_S, _require_positive, young
 from runs.domain.goodput import RunTimeline
 
-# Where the record has no fast tier to measure: a copy to host memory blocks about a tenth of the durable write,
-# restores about 13 times faster (Gemini, SOSP'23), and a peer's copy survives every fault of a single node, which
-# is nine in ten of Llama 3's (the share of Table 5's causes that name a node or none; docs/DOMAIN.md section 1).
+# Where the record has no fast tier to measure, stated assumptions (each can be overridden): a copy to host memory
+# blocks about a tenth of the durable write; it reloads about 13 times faster (Gemini, SOSP'23); and a fault leaves
+# it usable nine times in ten (a peer's copy is lost only with the node and its peer, or the job's host processes).
 FAST_WRITE_SHARE = 0.1
 FAST_RELOAD_SPEEDUP = 13.0
 FAST_SURVIVES = 0.9
@@ -147,3 +147,45 @@ def measured(timeline: RunTimeline) -> TierRecord:
         survive=used / stake if stake else None,
         at_stake=stake,
     )
+
+
+@dataclass(frozen=True)
+class TierAdvice:
+    """The inputs of the two-tier plan, where each came from ('record', 'default' or 'override'), and the plan."""
+
+    fast_s: float
+    durable_s: float
+    survive: float
+    fast_restart_s: float
+    durable_restart_s: float
+    mtbf_s: float
+    sources: dict[str, str]
+    plan: TierPlan
+    one_tier: TierPlan  # every write durable, at its best interval: what the second tier is weighed against
+
+
+def advise(
+    record: TierRecord, *, delta_s: float, restart_s: float, reload_s: float | None, mtbf_s: float, **overrides
+) -> TierAdvice:
+    """The plan from the record's tiers, the advisor's delta, R and M where the record has no tier of its own, the
+    stated defaults where neither has, and any of the five inputs overridden."""
+    durable_restart = record.durable_restart_s if record.durable_restart_s is not None else restart_s
+    faster = (reload_s or 0.0) * (1 - 1 / FAST_RELOAD_SPEEDUP)
+    found = {
+        "fast_s": (record.fast_s, delta_s * FAST_WRITE_SHARE),
+        "durable_s": (record.durable_s, delta_s),
+        "survive": (record.survive, FAST_SURVIVES),
+        "fast_restart_s": (record.fast_restart_s, max(durable_restart - faster, 0.0)),
+        "durable_restart_s": (record.durable_restart_s, restart_s),
+    }
+    values, sources = {}, {}
+    for name, (measured_value, default) in found.items():
+        if overrides.get(name) is not None:
+            values[name], sources[name] = overrides[name], "override"
+        elif measured_value is not None:
+            values[name], sources[name] = measured_value, "record"
+        else:
+            values[name], sources[name] = default, "default"
+    plan = tier_optimum(mtbf_s=mtbf_s, **values)
+    one = tier_optimum(mtbf_s=mtbf_s, **{**values, "survive": 0.0})
+    return TierAdvice(**values, mtbf_s=mtbf_s, sources=sources, plan=plan, one_tier=one)

@@ -136,3 +136,60 @@ def test_the_record_of_a_tiered_stream_is_the_simulators_own_timeline(db, django
     mine, told = tiers.measured(record), tiers.measured(truth)
     assert dataclasses.replace(mine, survive=None, at_stake=0) == dataclasses.replace(told, survive=None, at_stake=0)
     assert told.at_stake - 1 <= mine.at_stake <= told.at_stake and mine.survive == pytest.approx(told.survive, abs=0.2)
+
+
+# --- on the run page and in the advice API, from one source --------------------------------------------------------
+
+
+@pytest.fixture
+def tiered_run(db, django_capture_on_commit_callbacks):
+    from runs.domain.simulator import simulate
+    from runs.management.commands.simulate import ingest
+
+    config = dataclasses.replace(
+        tiered(64, 1), days=2, rate_per_gpu_hour=LLAMA3_RATE_PER_GPU_HOUR * 150, hazard_per_s=None, planned_stops=1,
+        checkpoint_interval_s=600, durable_every=3,
+    )  # fmt: skip
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest(simulate(config))
+    return config
+
+
+def test_the_advice_api_plans_two_tiers_from_the_records_own_tiers(reader, tiered_run):
+    body = reader.get(f"/api/v1/runs/{tiered_run.run}/advice").json()
+    plan = body["tiers"]
+    assert plan["sources"] == {
+        "fast_s": "record", "durable_s": "record", "survive": "record", "fast_restart_s": "record",
+        "durable_restart_s": "record",
+    }  # fmt: skip
+    assert plan["fast_s"] == pytest.approx(3, abs=0.5) and plan["durable_s"] == pytest.approx(30, abs=3)
+    expected = tiers.tier_optimum(**{k: plan[k] for k in ("fast_s", "durable_s", "survive", "fast_restart_s",
+                                                          "durable_restart_s", "mtbf_s")})  # fmt: skip
+    assert plan["plan"]["fast_interval_s"] == pytest.approx(expected.fast_interval_s)
+    assert plan["plan"]["durable_every"] == expected.every and plan["plan"]["waste"] < plan["one_tier"]["waste"]
+    assert plan["mtbf_s"] == body["advice"]["mtbf_s"]
+    # Overridden, and refused naming the field.
+    body = reader.get(f"/api/v1/runs/{tiered_run.run}/advice?survive=0").json()
+    assert body["tiers"]["sources"]["survive"] == "override" and body["tiers"]["plan"]["durable_every"] == 1
+    response = reader.get(f"/api/v1/runs/{tiered_run.run}/advice?survive=1.5")
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "survive"
+
+
+def test_the_run_page_shows_the_apis_two_tier_plan(oncall, reader, tiered_run):
+    page = oncall.get(f"/runs/{tiered_run.run}").content.decode()
+    plan = reader.get(f"/api/v1/runs/{tiered_run.run}/advice").json()["tiers"]["plan"]
+    section = page.split('id="advice-tiers"')[1].split("</p>")[0]
+    assert f"{plan['waste'] * 100:.1f}%" in section
+
+
+def test_a_run_without_a_fast_tier_gets_a_plan_from_stated_defaults(reader, db, django_capture_on_commit_callbacks):
+    from django.core.management import call_command
+
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("simulate", "--gpus", "64", "--days", "2", "--rate", str(LLAMA3_RATE_PER_GPU_HOUR * 150),
+                     "--planned", "1", "--apply", stdout=open("/dev/null", "w"))  # fmt: skip
+    body = reader.get("/api/v1/runs/llama3-405b-sim/advice").json()
+    sources = body["tiers"]["sources"]
+    assert sources["fast_s"] == sources["survive"] == sources["fast_restart_s"] == "default"
+    assert body["tiers"]["survive"] == tiers.FAST_SURVIVES
+    assert body["tiers"]["fast_s"] == pytest.approx(body["advice"]["delta_s"] * tiers.FAST_WRITE_SHARE)
