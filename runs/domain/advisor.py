@@ -265,6 +265,39 @@ def at_scale(
     return points
 
 
+# -- shrink and continue, or wait for a spare ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShrinkOrWait:
+    """What each choice costs a job that lost `lost` of its `nodes` with no spare ready, in node-seconds of its
+    allocation that train nothing; `shrink` is True when shrinking costs less."""
+
+    wait_cost: float
+    shrink_cost: float
+    shrink: bool
+
+    @property
+    def saved(self) -> float:
+        """Node-seconds the cheaper choice saves over the other."""
+        return abs(self.wait_cost - self.shrink_cost)
+
+
+def shrink_or_wait(*, nodes: int, lost: int, wait_s: float, restart_s: float) -> ShrinkOrWait:
+    """Waiting keeps the whole job down until a spare passes the gate (wait_s) and it restarts (restart_s):
+    nodes x (wait + R). Shrinking restarts now on nodes - lost (R), trains at (nodes - lost) / nodes of its
+    throughput until the spare is back (lost x wait: data-parallel replicas scale linearly), then restarts once more
+    to grow back (R): nodes x 2R + lost x wait. So shrink when R < wait x (1 - lost / nodes). A job left with no node
+    cannot shrink."""
+    if nodes < 1 or not 0 < lost <= nodes or wait_s < 0 or restart_s < 0:
+        raise ValueError("need nodes >= 1, 0 < lost <= nodes, wait_s >= 0 and restart_s >= 0")
+    wait_cost = nodes * (wait_s + restart_s)
+    if lost == nodes:
+        return ShrinkOrWait(wait_cost, math.inf, False)
+    shrink_cost = nodes * 2 * restart_s + lost * wait_s
+    return ShrinkOrWait(wait_cost, shrink_cost, shrink_cost < wait_cost)
+
+
 # -- failure rate with a confidence interval --------------------------------------------------------------
 
 

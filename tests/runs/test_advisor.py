@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runs.domain import advisor
 from runs.domain.advisor import (
     chi2_cdf,
     chi2_ppf,
@@ -207,3 +208,23 @@ def test_it_takes_medians_unless_overridden():
     assert write_cost_s([]) is None
     assert restart_cost_s([600.0, 900.0, 7200.0, 660.0]) == 780.0
     assert restart_cost_s([float("nan")], override=None) is None
+
+
+# --- shrink and continue, or wait for a spare ------------------------------------------------------------------------
+
+
+def test_shrinking_pays_once_the_wait_for_a_spare_outlasts_a_restart():
+    # 256 nodes, one lost, restarts of 10 min: waiting 2 h for a repaired node idles the whole job for 2 h 10 min;
+    # shrinking idles it for two restarts and one node for the 2 h.
+    choice = advisor.shrink_or_wait(nodes=256, lost=1, wait_s=7200, restart_s=600)
+    assert choice.wait_cost == 256 * 7800 and choice.shrink_cost == 256 * 1200 + 7200
+    assert choice.shrink and choice.saved == 256 * 7800 - (256 * 1200 + 7200)
+    # A spare ready in 5 minutes: a second restart costs more than the wait.
+    assert not advisor.shrink_or_wait(nodes=256, lost=1, wait_s=300, restart_s=600).shrink
+    # The break-even is R = wait x (1 - lost/nodes): a 2-node job that lost one needs a wait of twice a restart.
+    assert not advisor.shrink_or_wait(nodes=2, lost=1, wait_s=1199, restart_s=600).shrink
+    assert advisor.shrink_or_wait(nodes=2, lost=1, wait_s=1201, restart_s=600).shrink
+    # Nothing left to shrink to.
+    assert not advisor.shrink_or_wait(nodes=1, lost=1, wait_s=10**6, restart_s=1).shrink
+    with pytest.raises(ValueError):
+        advisor.shrink_or_wait(nodes=4, lost=0, wait_s=1, restart_s=1)
