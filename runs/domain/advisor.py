@@ -54,20 +54,24 @@ def optimum(*, delta_s: float, mtbf_s: float, restart_s: float) -> tuple[float, 
     this first-order W; it is kept numeric so that a richer waste model can replace W without a new formula.
     """
     _require_positive(delta_s=delta_s, mtbf_s=mtbf_s)
-    centre = math.log(young(delta_s=delta_s, mtbf_s=mtbf_s))
+    tau = least_interval(
+        lambda tau: waste(tau, delta_s=delta_s, mtbf_s=mtbf_s, restart_s=restart_s),
+        around=young(delta_s=delta_s, mtbf_s=mtbf_s),
+    )
+    return tau, waste(tau, delta_s=delta_s, mtbf_s=mtbf_s, restart_s=restart_s)
 
-    def cost(log_tau: float) -> float:
-        return waste(math.exp(log_tau), delta_s=delta_s, mtbf_s=mtbf_s, restart_s=restart_s)
 
-    lo, hi = centre - 10.0, centre + 10.0
-    while hi - lo > 1e-12:
+def least_interval(cost, *, around: float, span: float = 10.0, tolerance: float = 1e-12) -> float:
+    """The interval where `cost` (unimodal in log tau) is least, by golden-section search on log tau over
+    [around e^-span, around e^span]."""
+    lo, hi = math.log(around) - span, math.log(around) + span
+    while hi - lo > tolerance:
         left, right = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
-        if cost(left) < cost(right):
+        if cost(math.exp(left)) < cost(math.exp(right)):
             hi = right
         else:
             lo = left
-    tau = math.exp((lo + hi) / 2)
-    return tau, waste(tau, delta_s=delta_s, mtbf_s=mtbf_s, restart_s=restart_s)
+    return math.exp((lo + hi) / 2)
 
 
 def curve(

@@ -589,17 +589,7 @@ class _Simulation:
         if at + blocking > limit:
             self.in_flight, self.in_flight_at = self.step, at
             return limit
-        self.writes.append((self.step, at, blocking, None, "memory"))
-        self._push(
-            at + blocking,
-            "checkpoint.completed",
-            run=c.run,
-            step=self.step,
-            blocking_s=blocking,
-            bytes=c.checkpoint_bytes,
-            tier="memory",
-        )
-        self.fast_step = self.step
+        self._completed(at, at + blocking, blocking, tier="memory")
         return at + blocking
 
     def _final_checkpoint(self, at: float, limit: float) -> float | None:
@@ -620,9 +610,10 @@ class _Simulation:
         if at > self.c.duration_s:
             self.writes.append((self.in_flight or 0, self.in_flight_at, None, None, "durable"))
 
-    def _completed(self, started: float, at: float, blocking_s: float) -> None:
+    def _completed(self, started: float, at: float, blocking_s: float, *, tier: str = "durable") -> None:
+        """A write completed at `at`: a durable one is durable then, a memory copy restorable (and never durable)."""
         c = self.c
-        self.writes.append((self.step, started, blocking_s, at, "durable"))
+        self.writes.append((self.step, started, blocking_s, at if tier == "durable" else None, tier))
         self._push(
             at,
             "checkpoint.completed",
@@ -630,10 +621,12 @@ class _Simulation:
             step=self.step,
             blocking_s=blocking_s,
             bytes=c.checkpoint_bytes,
-            tier="durable",
+            tier=tier,
         )
-        self.durable_step = self.step
-        self.fast_step = None
+        if tier == "durable":
+            self.durable_step, self.fast_step = self.step, None
+        else:
+            self.fast_step = self.step
 
     # -- stops and restarts
 

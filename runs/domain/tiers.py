@@ -10,7 +10,7 @@ import statistics
 from bisect import bisect_right
 from dataclasses import dataclass
 
-from runs.domain.advisor import _GOLDEN, MIN_COST_S, _require_positive, young
+from runs.domain.advisor import MIN_COST_S, _require_positive, least_interval, young
 from runs.domain.goodput import RunTimeline
 
 # Where the record has no fast tier to measure, stated assumptions (each can be overridden): a copy to host memory
@@ -78,20 +78,9 @@ def tier_optimum(
         "fast_restart_s": fast_restart_s, "durable_restart_s": durable_restart_s,
     }  # fmt: skip
     best: TierPlan | None = None
-    centre = math.log(young(delta_s=max(fast_s, MIN_COST_S), mtbf_s=mtbf_s))
+    around = young(delta_s=max(fast_s, MIN_COST_S), mtbf_s=mtbf_s)
     for m in range(1, max_every + 1):
-
-        def cost(log_tau: float, m: int = m) -> float:
-            return tier_waste(math.exp(log_tau), m, **costs)
-
-        lo, hi = centre - 12.0, centre + 12.0
-        while hi - lo > 1e-9:
-            left, right = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
-            if cost(left) < cost(right):
-                hi = right
-            else:
-                lo = left
-        tau = math.exp((lo + hi) / 2)
+        tau = least_interval(lambda tau, m=m: tier_waste(tau, m, **costs), around=around, span=12.0, tolerance=1e-9)
         plan = TierPlan(tau, m, tier_waste(tau, m, **costs))
         if best is None or plan.waste < best.waste:
             best = plan

@@ -112,12 +112,10 @@ def test_the_record_measures_each_tier_and_what_the_fast_one_survived():
     assert plain.fast_s is None and plain.survive is None and plain.fast_restart_s is None
 
 
-def test_the_record_of_a_tiered_stream_is_the_simulators_own_timeline(db, django_capture_on_commit_callbacks):
-    """Memory-tier completions through the intake: the record gives the engine what the simulator says happened."""
-    from runs import selectors
+@pytest.fixture
+def tiered_run(db, django_capture_on_commit_callbacks):
     from runs.domain.simulator import simulate
     from runs.management.commands.simulate import ingest
-    from runs.models import Run
 
     config = dataclasses.replace(
         tiered(64, 1), days=2, rate_per_gpu_hour=LLAMA3_RATE_PER_GPU_HOUR * 150, hazard_per_s=None, planned_stops=1,
@@ -125,6 +123,15 @@ def test_the_record_of_a_tiered_stream_is_the_simulators_own_timeline(db, django
     )  # fmt: skip
     with django_capture_on_commit_callbacks(execute=True):
         ingest(simulate(config))
+    return config
+
+
+def test_the_record_of_a_tiered_stream_is_the_simulators_own_timeline(tiered_run):
+    """Memory-tier completions through the intake: the record gives the engine what the simulator says happened."""
+    from runs import selectors
+    from runs.models import Run
+
+    config = tiered_run
     record = selectors.run_timeline_get(run=Run.objects.get(name=config.run))
     truth = simulate_timeline(config)
     assert {c.tier for c in record.checkpoints} == {"memory", "durable"}
@@ -139,20 +146,6 @@ def test_the_record_of_a_tiered_stream_is_the_simulators_own_timeline(db, django
 
 
 # --- on the run page and in the advice API, from one source --------------------------------------------------------
-
-
-@pytest.fixture
-def tiered_run(db, django_capture_on_commit_callbacks):
-    from runs.domain.simulator import simulate
-    from runs.management.commands.simulate import ingest
-
-    config = dataclasses.replace(
-        tiered(64, 1), days=2, rate_per_gpu_hour=LLAMA3_RATE_PER_GPU_HOUR * 150, hazard_per_s=None, planned_stops=1,
-        checkpoint_interval_s=600, durable_every=3,
-    )  # fmt: skip
-    with django_capture_on_commit_callbacks(execute=True):
-        ingest(simulate(config))
-    return config
 
 
 def test_the_advice_api_plans_two_tiers_from_the_records_own_tiers(reader, tiered_run):
