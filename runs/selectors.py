@@ -529,24 +529,30 @@ def run_advice_inputs_get(
     )
 
 
+def tier_measure(timeline: goodput.RunTimeline) -> tuple[tiers.TierRecord, float | None]:
+    """What the two-tier plan reads of a run's record: its tiers, and its median reload (a restart to training)."""
+    reloads = [
+        (s.resumed_at - s.running_at).total_seconds()
+        for s in timeline.interruptions
+        if s.running_at is not None and s.resumed_at is not None and s.resumed_at > s.running_at
+    ]
+    return tiers.measured(timeline), (statistics.median(reloads) if reloads else None)
+
+
 def run_tier_advice_get(
-    *, run: Run, delta_s: float, mtbf_s: float, restart_s: float, version: str | None = None, **overrides
+    *, run: Run, delta_s: float, mtbf_s: float, restart_s: float, version: str | None = None,
+    measured: tuple[tiers.TierRecord, float | None] | None = None, **overrides,
 ) -> tiers.TierAdvice | None:  # fmt: skip
-    """The two-tier plan for the run: its record's tiers (kept under its record version) with the advice's delta, M
-    and R where the record has none of its own. One source for the run page and the advice API; None without M."""
+    """The two-tier plan for the run: its record's tiers (`measured`, tier_measure of a timeline in hand, else kept
+    under its record version) with the advice's delta, M and R where the record has none of its own. One source for
+    the run page and the advice API; None without M."""
     if not mtbf_s or not math.isfinite(mtbf_s) or not delta_s:
         return None
-
-    def measure() -> tuple[tiers.TierRecord, float | None]:
-        timeline = run_timeline_get(run=run)
-        reloads = [
-            (s.resumed_at - s.running_at).total_seconds()
-            for s in timeline.interruptions
-            if s.running_at is not None and s.resumed_at is not None and s.resumed_at > s.running_at
-        ]
-        return tiers.measured(timeline), (statistics.median(reloads) if reloads else None)
-
-    record, reload_s = run_record_cached(run=run, version=version, part="tiers", compute=measure)
+    if measured is None:
+        measured = run_record_cached(
+            run=run, version=version, part="tiers", compute=lambda: tier_measure(run_timeline_get(run=run))
+        )
+    record, reload_s = measured
     return tiers.advise(
         record, delta_s=delta_s, restart_s=restart_s or 0.0, reload_s=reload_s, mtbf_s=mtbf_s, **overrides
     )

@@ -37,8 +37,8 @@ def run_detail(request, name):
         # was most of the page's time on the 54-day run).
         **_goodput_context(run, now, limit=limit, version=version),
         "quality": selectors.run_quality_get(run=run, version=version),
-        **_advisor_context(run, now, form=None, version=version),
     }
+    context.update(_advisor_context(run, now, form=None, version=version, tiers=context.get("tier_measure")))
     return render(request, "runs/run_detail.html", context)
 
 
@@ -114,13 +114,15 @@ def _goodput_figures(run: Run, timeline: goodput.RunTimeline, now) -> dict:
     return {
         "report": report,
         "costs": costs,
+        # The two-tier plan's reading of the same timeline, kept with the rest (no second read of the record).
+        "tier_measure": selectors.tier_measure(timeline),
         # As <script> elements, escaped once here: json_script on the 54-day run's timeline (~250 kB) took ~20 ms.
         "goodput_figure": json_script(charts.goodput_bar(report.total), "goodput-figure"),
         "timeline_figure": json_script(timeline_figure, "timeline-figure"),
     }
 
 
-def _advisor_context(run: Run, now, *, form: WhatIfForm | None, version: str | None = None) -> dict:
+def _advisor_context(run: Run, now, *, form: WhatIfForm | None, version: str | None = None, tiers=None) -> dict:
     inputs = selectors.run_advice_inputs_get(run=run, now=now, version=version)
     if form is None:
         initial = {
@@ -138,7 +140,12 @@ def _advisor_context(run: Run, now, *, form: WhatIfForm | None, version: str | N
         "advisor_figure": charts.advisor_curve(advice) if advice and advice.in_range else None,
         "scale": selectors.advice_at_scale(advice, gpus=run.gpu_count) if advice else [],
         "tiers": selectors.run_tier_advice_get(
-            run=run, delta_s=advice.delta_s, mtbf_s=advice.mtbf_s, restart_s=advice.restart_s, version=version
+            run=run,
+            delta_s=advice.delta_s,
+            mtbf_s=advice.mtbf_s,
+            restart_s=advice.restart_s,
+            version=version,
+            measured=tiers,
         )
         if advice and advice.in_range
         else None,
