@@ -531,11 +531,7 @@ def run_advice_inputs_get(
 
 def tier_measure(timeline: goodput.RunTimeline) -> tuple[tiers.TierRecord, float | None]:
     """What the two-tier plan reads of a run's record: its tiers, and its median reload (a restart to training)."""
-    reloads = [
-        (s.resumed_at - s.running_at).total_seconds()
-        for s in timeline.interruptions
-        if s.running_at is not None and s.resumed_at is not None and s.resumed_at > s.running_at
-    ]
+    reloads = levers.reload_times(timeline)
     return tiers.measured(timeline), (statistics.median(reloads) if reloads else None)
 
 

@@ -58,8 +58,7 @@ def run_levers(request, name):
     run, which the page itself does not wait for)."""
     run = get_object_or_404(Run, name=name)
     found = selectors.run_levers_get(run=run, now=timezone.now(), version=selectors.run_record_version(run=run))
-    floor = (1 - found.report.together.goodput) if found and found.report.together else None
-    context = {"run": run, "levers": found, "levers_loaded": True, "floor": floor}
+    context = {"run": run, "levers": found, "levers_loaded": True}
     return render(request, "runs/run_detail.html#levers", context)
 
 

@@ -191,7 +191,7 @@ def _run_levers(run, *, now: datetime) -> dict | None:
         "lost_gpu_h": report.lost_gpu_hours,
         "levers": [figures(lever) for lever in report.levers],
         "together": figures(report.together) if report.together else None,
-        "floor": (1 - report.together.goodput) if report.together else None,
+        "floor": report.floor,
     }
 
 

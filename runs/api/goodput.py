@@ -256,7 +256,7 @@ def levers_json(found: selectors.RunLevers) -> dict:
         "levers": [lever_json(lever) for lever in report.levers],
         # Every fix but fewer failures at once; the badput it leaves only fewer failures can lower.
         "together": lever_json(report.together) if report.together else None,
-        "floor": (1 - report.together.goodput) if report.together else None,
+        "floor": report.floor,
     }
 
 

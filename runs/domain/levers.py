@@ -77,6 +77,11 @@ class LeverReport:
     levers: list[Lever]
     together: Lever | None
 
+    @property
+    def floor(self) -> float | None:
+        """The share of the run's time that every fix but fewer failures together still loses."""
+        return None if self.together is None else 1 - self.together.goodput
+
 
 def default_targets(
     timeline: RunTimeline,
@@ -90,13 +95,8 @@ def default_targets(
     the interval: Daly's for the run's median write and `mtbf_s` (None without one)."""
     unplanned = [span for span in timeline.interruptions if not span.planned]
     requeues = [(s.running_at - s.detected_at).total_seconds() for s in unplanned if s.running_at is not None]
-    reloads = [
-        (s.resumed_at - s.running_at).total_seconds()
-        for s in timeline.interruptions
-        if s.running_at is not None and s.resumed_at is not None
-    ]
+    reloads = reload_times(timeline)
     requeues = [value for value in requeues if value > 0]
-    reloads = [value for value in reloads if value > 0]
     delta = advisor.write_cost_s(c.blocking_s for c in timeline.checkpoints)
     interval = advisor.daly(delta_s=delta, mtbf_s=mtbf_s) if delta is not None and mtbf_s else None
     return Targets(
@@ -150,6 +150,17 @@ def apply(name: str, timeline: RunTimeline, *, now: datetime, target_s: float | 
     raise ValueError(f"unknown lever {name!r}")
 
 
+def reload_times(timeline: RunTimeline) -> list[float]:
+    """Each stop's reload, from its restart to training again, in seconds (those the record times, and positive)."""
+    return [
+        seconds
+        for s in timeline.interruptions
+        if s.running_at is not None
+        and s.resumed_at is not None
+        and (seconds := (s.resumed_at - s.running_at).total_seconds()) > 0
+    ]
+
+
 def lemon_repeats(timeline: RunTimeline) -> list[int]:
     """Indexes of the unplanned stops that name a node which had already faulted in this run, in fault order."""
     seen, repeats = set(), []
@@ -189,7 +200,7 @@ def _faster_writes(timeline: RunTimeline, target_s: float, *, now: datetime) -> 
     stretch that gained a write restores the newest write durable by its fault. The save a planned stop waited for keeps
     its cost: the stop still waits for it to be durable."""
     kept = {id(c) for c in _planned_saves(timeline).values()}
-    cadence, drain = _cadence(timeline), _mean_drain(timeline)
+    cadence, drain = _cadence(timeline), _mean_drain(timeline.checkpoints)
     writes, changed, gained = [], 0, set()
     step = max((c.step for c in timeline.checkpoints), default=0)
     for _first, last, stop, members in _stretches(timeline, now=now):
@@ -275,11 +286,11 @@ def _cadence(timeline: RunTimeline) -> timedelta | None:
     return timedelta(seconds=statistics.median(gaps)) if gaps else None
 
 
-def _mean_drain(timeline: RunTimeline) -> timedelta:
+def _mean_drain(writes) -> timedelta:
     """The mean time from a write's blocking end to its durable time (0 with none known)."""
     drains = [
         max((c.durable_at - c.blocked_until).total_seconds(), 0.0)
-        for c in timeline.checkpoints
+        for c in writes
         if c.blocking_s is not None and c.durable_at is not None
     ]
     return timedelta(seconds=statistics.fmean(drains)) if drains else timedelta(0)
@@ -312,21 +323,10 @@ def _relaid(timeline: RunTimeline, *, now: datetime, interval_s: float) -> tuple
     if not completed or interval_s <= 0:
         return timeline, 0
     blocking = statistics.fmean(c.blocking_s for c in usual)
-    drains = [max((c.durable_at - c.blocked_until).total_seconds(), 0.0) for c in usual if c.durable_at is not None]
-    drain = statistics.fmean(drains) if drains else 0.0
-    spans = sorted(timeline.interruptions, key=lambda s: s.fault_at)
-    end = timeline.end(now)
-    stretches, start = [], timeline.started_at
-    for span in spans:
-        if start is not None and start < span.fault_at:
-            stretches.append((start, span.fault_at, span))
-        start = span.resumed_at
-    if start is not None and start < end:
-        stretches.append((start, end, None))
     writes, step = [], 0
     cadence = timedelta(seconds=interval_s + blocking)
-    durable = timedelta(seconds=blocking + drain)
-    for first, last, stop in stretches:
+    durable = timedelta(seconds=blocking) + _mean_drain(usual)
+    for first, last, stop, _members in _stretches(timeline, now=now):
         at = first + timedelta(seconds=interval_s)
         while at < last:
             step += 1
