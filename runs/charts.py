@@ -18,6 +18,7 @@ COLORS = {
     "rewound": "#8250df",
     "checkpoint": "#0969da",
     "other": "#8c959f",
+    "shrunk": "#bf3989",
 }
 LABELS = {
     "productive": "productive",
@@ -27,6 +28,7 @@ LABELS = {
     "rewound": "rewound work",
     "checkpoint": "checkpoint blocking",
     "other": "other",
+    "shrunk": "shrunk (fewer GPUs)",
 }
 _BASE_LAYOUT = {
     # No width anywhere: autosize takes the container's, and plotly.js's responsive config (static/js/charts.js)

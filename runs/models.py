@@ -113,10 +113,11 @@ class Run(models.Model):
 
     name = models.CharField(max_length=200, unique=True)
     cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
-    # As counted in every GPU-hour figure: what run.started says (gpus_claimed), unless more than the run's nodes can
-    # hold (runs.domain.quality.gpus_counted), which the run's data-quality findings then say.
+    # As counted in every GPU-hour figure: the most GPUs a run.started claimed (gpus_claimed; an attempt on fewer ran
+    # shrunk), unless more than that attempt's nodes can hold (runs.domain.quality.gpus_counted), which the run's
+    # data-quality findings then say.
     gpu_count = models.PositiveIntegerField(default=0)
-    gpus_claimed = models.PositiveIntegerField(null=True, blank=True, help_text="The GPUs run.started says.")
+    gpus_claimed = models.PositiveIntegerField(null=True, blank=True, help_text="The most GPUs a run.started says.")
     model_params = models.PositiveBigIntegerField(null=True, blank=True, help_text="Model size in parameters.")
     checkpoint_interval_s = models.FloatField(
         null=True, blank=True, help_text="Checkpoint policy: seconds between checkpoints."
@@ -148,6 +149,9 @@ class Attempt(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
     end_reason = models.CharField(max_length=20, blank=True)
     resumed_from_step = models.PositiveBigIntegerField(null=True, blank=True)
+    # The GPUs this attempt started on, as its run.started said: fewer than the run's own (Run.gpu_count, the most any
+    # start claimed) when it was shrunk to continue without a node (the shrink-and-continue playbook).
+    gpus = models.PositiveIntegerField(null=True, blank=True)
     # The id of the run.started event this attempt began with: while it stays the same, so do the attempt's nodes,
     # and a rebuild of the run need not read its 2,048 hostnames again. Not a foreign key: retention and rebuilds
     # delete events in bulk, and nothing follows this link but the rebuild's comparison. So a membership changed by
@@ -162,11 +166,12 @@ class Attempt(models.Model):
         return f"{self.run.name} #{self.number}"
 
     @staticmethod
-    def latest_node_count(run) -> int:
-        """How many nodes the run's latest attempt holds (0 with no attempt): one indexed query, whatever the
-        run's history (counting every attempt's nodes of a 2,048-node run with 477 restarts read a million rows)."""
-        latest = run.attempts.order_by("-number").values("pk")[:1]
-        return Attempt.nodes.through.objects.filter(attempt_id=models.Subquery(latest)).count()
+    def sizing_node_count(run) -> int:
+        """How many nodes the attempt that claimed the run's size holds (0 with no attempt): the latest of those that
+        claimed the most GPUs, else the latest. One indexed query, whatever the run's history (counting every
+        attempt's nodes of a 2,048-node run with 477 restarts read a million rows)."""
+        sizing = run.attempts.order_by(models.F("gpus").desc(nulls_last=True), "-number").values("pk")[:1]
+        return Attempt.nodes.through.objects.filter(attempt_id=models.Subquery(sizing)).count()
 
 
 class Interruption(models.Model):

@@ -243,7 +243,17 @@ def run_timeline_get(*, run: Run) -> goodput.RunTimeline:
     )
     checkpoints = tuple(_checkpoint_span(*row) for row in _checkpoint_rows(run.checkpoints.all()))
     heard = runs_heard_until_get(runs=[run]).get(run.pk)
-    return goodput.RunTimeline(run.started_at, run.ended_at, run.gpu_count, interruptions, checkpoints, heard)
+    shrunk = tuple(goodput.ShrunkSpan(*row) for _, *row in _shrunk_rows([run]))
+    return goodput.RunTimeline(run.started_at, run.ended_at, run.gpu_count, interruptions, checkpoints, heard, shrunk)
+
+
+def _shrunk_rows(runs: list[Run]) -> QuerySet:
+    """(run id, start, end, GPUs) of the attempts that ran on fewer GPUs than their run's own: one query."""
+    return (
+        Attempt.objects.filter(run_id__in=[run.pk for run in runs], gpus__lt=F("run__gpu_count"))
+        .order_by("run_id", "number")
+        .values_list("run_id", "started_at", "ended_at", "gpus")
+    )
 
 
 def runs_heard_until_get(*, runs: list[Run]) -> dict[int, datetime]:
@@ -312,6 +322,9 @@ def run_timelines_get(*, runs: list[Run]) -> dict[int, goodput.RunTimeline]:
     for run_id, *row in _checkpoint_rows(rows, "run_id"):
         checkpoints[run_id].append(_checkpoint_span(*row))
     heard = runs_heard_until_get(runs=runs)
+    shrunk: dict[int, list] = {pk: [] for pk in ids}
+    for run_id, *row in _shrunk_rows(runs):
+        shrunk[run_id].append(goodput.ShrunkSpan(*row))
     return {
         run.pk: goodput.RunTimeline(
             run.started_at,
@@ -320,6 +333,7 @@ def run_timelines_get(*, runs: list[Run]) -> dict[int, goodput.RunTimeline]:
             tuple(interruptions[run.pk]),
             tuple(checkpoints[run.pk]),
             heard.get(run.pk),
+            tuple(shrunk[run.pk]),
         )
         for run in runs
     }
@@ -703,18 +717,27 @@ def run_quality_get(*, run: Run, version: str | None = None) -> list[quality.Fin
         seen = events.order_by().aggregate(n=Count("id"), last=Max("id"))
         key = hashlib.sha256(repr((version, run.gpus_claimed, run.last_step, seen)).encode()).hexdigest()
         return cache.get_or_set(f"fleetops:run:quality:{key}", lambda: run_quality_get(run=run), RECORD_CACHE_S)
-    nodes = Attempt.latest_node_count(run)
+    nodes = Attempt.sizing_node_count(run)
     events = events.order_by("time", "id")
     started, restores, failures, told = None, [], [], []
     # Of each event's data only what the lifecycle's rules read (a start's node list is thousands of names).
-    for source, event_id, type_, time, from_step, job_id, reason, detected_at in events.values_list(
-        "source", "event_id", "type", "time", "data__from_step", "data__job_id", "data__reason", "data__detected_at"
+    claimed = None
+    for source, event_id, type_, time, from_step, job_id, reason, detected_at, gpus in events.values_list(
+        "source",
+        "event_id",
+        "type",
+        "time",
+        "data__from_step",
+        "data__job_id",
+        "data__reason",
+        "data__detected_at",
+        "data__gpus",
     ):
         ref = f"{source}#{event_id}"
         data = {"job_id": job_id or "", "reason": reason or "", "from_step": from_step, "detected_at": detected_at}
         told.append(lifecycle.LifecycleEvent(time, type_, data, source, event_id))
-        if type_ == "run.started":
-            started = (time, ref)  # the latest start says the GPUs the run is counted with
+        if type_ == "run.started" and (claimed is None or (gpus or 0) >= claimed):
+            started, claimed = (time, ref), gpus or 0  # the latest start that claimed the most: the run's size
         elif type_ == "run.restored" and from_step is not None:
             restores.append(quality.Restore(from_step=int(from_step), at=time, event=ref))
         elif type_ == "run.failed":

@@ -605,7 +605,8 @@ def run_lifecycle_rebuild(*, run: Run) -> None:
     run.state, run.started_at, run.ended_at = derived.state, derived.started_at, derived.ended_at
     if "cluster" in settings:
         run.cluster = _cluster(settings["cluster"])
-    run.gpus_claimed = settings.get("gpus", run.gpus_claimed)
+    claims = [a.gpus for a in derived.attempts if a.gpus is not None]
+    run.gpus_claimed = max(claims) if claims else run.gpus_claimed
     run.model_params = settings.get("model_params", run.model_params)
     run.checkpoint_interval_s = settings.get("checkpoint_interval_s", run.checkpoint_interval_s)
     run.save()
@@ -618,11 +619,12 @@ def run_lifecycle_rebuild(*, run: Run) -> None:
 
 
 def _count_gpus(run: Run) -> None:
-    """The run's GPUs as counted: as claimed (by its latest run.started), unless more than its latest attempt's nodes
-    hold (one indexed count, only for a claim above one node's worth)."""
+    """The run's GPUs as counted: the most any run.started claimed (its full size: an attempt on fewer ran shrunk),
+    unless more than the nodes of the attempt that claimed it hold (one indexed count, only for a claim above one
+    node's worth)."""
     counted = run.gpus_claimed if run.gpus_claimed is not None else run.gpu_count
     if run.gpus_claimed is not None and run.gpus_claimed > quality.MAX_GPUS_PER_NODE:
-        counted = quality.gpus_counted(run.gpus_claimed, Attempt.latest_node_count(run))
+        counted = quality.gpus_counted(run.gpus_claimed, Attempt.sizing_node_count(run))
     if counted != run.gpu_count:
         run.gpu_count = counted
         Run.objects.filter(pk=run.pk).update(gpu_count=counted)
@@ -699,6 +701,7 @@ def _sync_attempts(
             "ended_at": a.ended_at,
             "end_reason": a.end_reason,
             "resumed_from_step": a.resumed_from_step,
+            "gpus": a.gpus,
             "start_event_id": pks[a.started_by],
         }
         for a in derived

@@ -25,12 +25,12 @@ BASE = (timezone.now() - timedelta(days=2)).replace(minute=0, second=0, microsec
 # The most queries each page may make at any size: the count measured when this was written (in the comment), plus a
 # little room. A page over its cap, or one whose count moves with the fleet's size, has a new per-row query.
 PAGE_CAPS = {  # every page 3 for the nav's count of what needs a person, 1 for the person's time zone
-    "overview": 36,  # 34: the spare pools 6 of them, however many clusters; the board's first rows 4
-    "fleet": 10,  # 9
-    "run": 28,  # 24, 27 on PostgreSQL (6 of them its data-quality findings)
+    "overview": 37,  # 35: the spare pools 6 of them, however many clusters; the board's first rows 4; shrunk attempts 2
+    "fleet": 12,  # 11: the runs' shrunk attempts 1
+    "run": 29,  # 26, 28 on PostgreSQL (6 of them its data-quality findings; its shrunk attempts 1)
     "node": 15,  # 13, 14 on PostgreSQL
-    "board": 14,  # 13: the page's rows; the counts of all pages
-    "incident": 23,  # 22: alerts in 3 (counts, hosts, each kind's newest), the timeline in 2 (ids, entries shown)
+    "board": 15,  # 14: the page's rows; the counts of all pages; the runs' shrunk attempts 1
+    "incident": 25,  # 24: alerts in 3 (counts, hosts, each kind's newest), the timeline in 2 (ids, entries shown)
     "postmortem": 14,  # 12, 13 on PostgreSQL
     "reports": 8,  # 7
     "report": 8,  # 7
@@ -47,8 +47,10 @@ API_CAPS = {
     "node": 6,  # 5
     "incidents": 12,  # 10
     "incident": 12,  # 10
-    "run-goodput": 13,  # 11: 5, and 6 for its data-quality findings (starts, restores, failures, checkpoints)
-    "run-advice": 10,  # 9: the record version and its two-tier measure (its interruptions and checkpoints)
+    "run-goodput": 15,  # 12, 14 on PostgreSQL: 6, and 6 for its data-quality findings (starts, restores, failures,
+    # checkpoints)
+    "run-advice": 12,  # 10, 11 on PostgreSQL: the record version and its two-tier measure (its interruptions,
+    # checkpoints and shrunk attempts)
     "fleet-goodput": 6,  # 5
 }
 

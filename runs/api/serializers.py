@@ -37,7 +37,7 @@ class AttemptSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Attempt
-        fields = ["number", "job_id", "nodes", "started_at", "ended_at", "end_reason", "resumed_from_step"]
+        fields = ["number", "job_id", "nodes", "gpus", "started_at", "ended_at", "end_reason", "resumed_from_step"]
 
 
 class InterruptionSerializer(serializers.ModelSerializer):

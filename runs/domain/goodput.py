@@ -26,9 +26,10 @@ from datetime import UTC, date, datetime, timedelta
 from runs.domain.utcdays import day_start, week_start
 
 # The order is the priority: where labelled intervals overlap, the earlier stage owns the time.
-# "other" is downtime of an interruption that none of its three stages explains (see _labelled).
-STAGES = ("detection", "rescheduling", "reload", "other", "rewound", "checkpoint")
-_DETECTION, _RESCHEDULING, _RELOAD, _OTHER, _REWOUND, _CHECKPOINT = range(len(STAGES))
+# "other" is downtime of an interruption that none of its three stages explains (see _labelled). "shrunk" is last and
+# a share: of the time no other stage owns while the run trains on fewer GPUs than its own, the missing GPUs' part.
+STAGES = ("detection", "rescheduling", "reload", "other", "rewound", "checkpoint", "shrunk")
+_DETECTION, _RESCHEDULING, _RELOAD, _OTHER, _REWOUND, _CHECKPOINT, _SHRUNK = range(len(STAGES))
 _NO_OWNER = -1  # checkpoint blocking belongs to no interruption
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
@@ -71,6 +72,16 @@ class CheckpointSpan:
 
 
 @dataclass(frozen=True)
+class ShrunkSpan:
+    """An attempt that ran on fewer GPUs than the run's own (shrunk to continue without a node): from its start to
+    its end (None: still on, up to the run's end). It trains at gpus / the run's GPUs of the run's throughput."""
+
+    started_at: datetime
+    ended_at: datetime | None
+    gpus: int
+
+
+@dataclass(frozen=True)
 class RunTimeline:
     """One run. ended_at None means it is still going (running or restarting) up to `now`.
 
@@ -84,6 +95,7 @@ class RunTimeline:
     interruptions: tuple[InterruptionSpan, ...] = ()
     checkpoints: tuple[CheckpointSpan, ...] = ()
     heard_until: datetime | None = None
+    shrunk: tuple[ShrunkSpan, ...] = ()
 
     def end(self, now: datetime) -> datetime:
         """Where the run's record ends: its end, else `now`, but no later than it was heard from."""
@@ -104,6 +116,7 @@ class Breakdown:
     rewound_s: float = 0.0
     checkpoint_s: float = 0.0
     other_s: float = 0.0
+    shrunk_s: float = 0.0  # throughput lost to training on fewer GPUs than the run's own
     interruptions: int = 0  # faults in the window, a count: never weighted
 
     def __add__(self, other: "Breakdown") -> "Breakdown":
@@ -231,7 +244,9 @@ def interruption_costs(timeline: RunTimeline, *, now: datetime) -> list[Interrup
 def segments(timeline: RunTimeline, *, now: datetime) -> list[tuple[datetime, datetime, str]]:
     """The run's lost time as disjoint (start, end, stage) spans in time order (UTC); the gaps are productive."""
     resolved = _Resolved.of(timeline, now=now)
-    return [(_datetime(start), _datetime(end), STAGES[rank]) for start, end, rank, _owner in resolved.in_time_order()]
+    shrunk = [(start, end, _SHRUNK, _NO_OWNER) for start, end, _lost, _of in resolved.shrunk]
+    spans = sorted(resolved.in_time_order() + shrunk)
+    return [(_datetime(start), _datetime(end), STAGES[rank]) for start, end, rank, _owner in spans]
 
 
 # -- time as whole microseconds ------------------------------------------------------------------------------
@@ -306,6 +321,13 @@ def _tallies(timeline: RunTimeline, bounds: list[int], *, now: datetime) -> list
                 if hi > lo:
                     tallies[index][rank] += hi - lo
                 index += 1
+    for start, end, lost, of in resolved.shrunk:  # the missing GPUs' share of each piece, in whole microseconds
+        index = max(bisect_right(bounds, start) - 1, 0)
+        while index < last and bounds[index] < end:
+            lo, hi = max(start, bounds[index]), min(end, bounds[index + 1])
+            if hi > lo:
+                tallies[index][_SHRUNK] += (hi - lo) * lost // of
+            index += 1
     for index, tally in enumerate(tallies):
         lo, hi = bounds[index], bounds[index + 1]
         tally[_WALL] = max(min(hi, resolved.run_end) - max(lo, resolved.started), 0)
@@ -343,6 +365,7 @@ class _Resolved:
     faults: list[int]  # their fault times, ascending
     owned: list[Span]
     blocking: list[Span]
+    shrunk: list[tuple[int, int, int, int]] = ()  # start, end, GPUs missing, the run's GPUs: where nothing else is
 
     @classmethod
     def of(cls, timeline: RunTimeline, *, now: datetime) -> "_Resolved":
@@ -364,7 +387,18 @@ class _Resolved:
             if start < end:
                 writes.append((start, end))
         owned = _resolve(_labelled(interruptions, faults, written, started, run_end))
-        return cls(started, run_end, interruptions, faults, owned, _uncovered(_union(writes), owned))
+        blocking = _uncovered(_union(writes), owned, _CHECKPOINT)
+        shrunk = []
+        if timeline.shrunk and timeline.gpus > 0:
+            taken = sorted((start, end, rank, owner) for start, end, rank, owner in owned + blocking)
+            for stretch in timeline.shrunk:
+                lost = timeline.gpus - min(max(stretch.gpus, 0), timeline.gpus)
+                start = max(_us(stretch.started_at), started)
+                end = min(_us(stretch.ended_at) if stretch.ended_at is not None else run_end, run_end)
+                if lost and start < end:
+                    pieces = _uncovered([(start, end)], taken, _SHRUNK)
+                    shrunk += [(lo, hi, lost, timeline.gpus) for lo, hi, _rank, _owner in pieces]
+        return cls(started, run_end, interruptions, faults, owned, blocking, shrunk)
 
     def in_time_order(self) -> list[Span]:
         return sorted(self.owned + self.blocking)
@@ -526,10 +560,12 @@ def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
-def _uncovered(blocking: list[tuple[int, int]], owned: list[Span]) -> list[Span]:
-    """The parts of the (merged, ordered) checkpoint writes that no interruption owns: checkpoint time.
+def _uncovered(blocking: list[tuple[int, int]], owned: list[Span], rank: int) -> list[Span]:
+    """The parts of the (merged, ordered) intervals that no span of `owned` (disjoint, ordered) covers, as `rank`:
+    checkpoint blocking less what interruptions own, and a shrunk stretch less both.
 
-    Blocking has the lowest priority, so it needs no sweep: it is what is left once the owned spans are cut out.
+    Both have a lower priority than what they are cut by, so they need no sweep: each is what is left once the owned
+    spans are cut out.
     """
     pieces: list[Span] = []
     first, count = 0, len(owned)
@@ -539,9 +575,9 @@ def _uncovered(blocking: list[tuple[int, int]], owned: list[Span]) -> list[Span]
         at, index = start, first
         while index < count and owned[index][0] < end:
             if owned[index][0] > at:
-                pieces.append((at, owned[index][0], _CHECKPOINT, _NO_OWNER))
+                pieces.append((at, owned[index][0], rank, _NO_OWNER))
             at = max(at, owned[index][1])
             index += 1
         if at < end:
-            pieces.append((at, end, _CHECKPOINT, _NO_OWNER))
+            pieces.append((at, end, rank, _NO_OWNER))
     return pieces

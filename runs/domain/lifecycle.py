@@ -41,6 +41,7 @@ class Attempt:
     ended_at: datetime | None = None
     end_reason: str = ""  # failed, completed, cancelled, superseded
     resumed_from_step: int | None = None
+    gpus: int | None = None  # the GPUs it started on, as its run.started said (fewer than the run's: shrunk)
 
 
 @dataclass
@@ -94,6 +95,7 @@ def derive(events: list[LifecycleEvent]) -> Lifecycle:
             open_attempt = Attempt(
                 len(attempts) + 1, at, data["job_id"], list(data.get("nodes", ())), (event.source, event.id)
             )
+            open_attempt.gpus = data.get("gpus")
             attempts.append(open_attempt)
             if waiting is not None:
                 waiting.running_at = at

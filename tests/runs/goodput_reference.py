@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from datetime import UTC, datetime, timedelta
 
 # "each instant goes to one label only, the first in this order: detection, rescheduling, reload, other, rewound,
 # checkpoint"
 PRIORITY = ("detection", "rescheduling", "reload", "other", "rewound", "checkpoint")
 LABELS = ("productive", *PRIORITY)
+# "shrunk" labels no second: it takes a share of the productive seconds of an attempt on fewer GPUs than the run's.
+SHARED = "shrunk"
 
 LIFECYCLE_TYPES = ("run.started", "run.failed", "run.restored", "run.completed", "run.cancelled")
 CHECKPOINT_TYPES = ("checkpoint.started", "checkpoint.completed", "checkpoint.failed")
@@ -519,15 +522,56 @@ def label_seconds(events: list[dict], *, now: datetime) -> tuple[datetime | None
     return _datetime(span_start), labels
 
 
+def shrunk_shares(events: list[dict], *, now: datetime) -> list[Fraction]:
+    """Per whole second of the span (as label_seconds gives it): the share of the run's GPUs that the attempt
+    running then lacked; 0 outside any attempt.
+
+    - "The run's GPUs are the most any run.started claimed".
+    - "An attempt runs from its run.started until the next run.failed, run.completed, run.cancelled or run.started",
+      in the lifecycle order, and "claims the gpus its run.started says".
+    """
+    now_s = _seconds(now, "now")
+    lifecycle = sorted((e for e in _unique_relevant_events(events) if e.type in LIFECYCLE_TYPES), key=_lifecycle_order)
+    starts = [e for e in lifecycle if e.type == "run.started"]
+    if not starts:
+        return []
+    span_start, span_end = starts[0].time, _span_end(lifecycle, now_s)
+    size = max(int(e.data.get("gpus") or 0) for e in starts)
+    stretches: list[tuple[int, int, int]] = []  # start, end, gpus
+    open_at: tuple[int, int] | None = None
+    for event in lifecycle:
+        if event.type in ENDS_ATTEMPT or event.type == "run.started":
+            if open_at is not None:
+                stretches.append((open_at[0], event.time, open_at[1]))
+                open_at = None
+        if event.type == "run.started":
+            open_at = (event.time, int(event.data.get("gpus") or 0))
+    if open_at is not None:
+        stretches.append((open_at[0], span_end, open_at[1]))
+    shares = [Fraction(0)] * (span_end - span_start)
+    for start, end, gpus in stretches:
+        if size > 0 and gpus < size:
+            for second in range(max(start, span_start), min(end, span_end)):
+                shares[second - span_start] = Fraction(size - gpus, size)
+    return shares
+
+
 def totals(
-    start: datetime | None, labels: list[str], *, since: datetime | None = None, until: datetime | None = None
-) -> dict[str, int]:
-    """Seconds per label (all seven, zeros included) and "wall_clock" for the seconds inside [since, until).
+    start: datetime | None,
+    labels: list[str],
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    shares: list[Fraction] | None = None,
+) -> dict[str, float]:
+    """Seconds per label (all seven, zeros included), "shrunk" and "wall_clock" for the seconds inside [since, until).
 
     "Wall-clock: the part of the window [since, until) inside the run's span. Every label is clipped to it."
-    Without since / until, the whole span.
+    Without since / until, the whole span. `shares` (shrunk_shares): "of a second no other label takes, the share of
+    the run's GPUs its attempt lacked is shrunk, the rest productive".
     """
     counts = dict.fromkeys(LABELS, 0)
+    counts[SHARED] = Fraction(0)
     counts["wall_clock"] = 0
     if start is None:
         return counts
@@ -540,6 +584,8 @@ def totals(
             continue
         if high is not None and second >= high:
             continue
-        counts[label] += 1
         counts["wall_clock"] += 1
-    return counts
+        share = shares[offset] if shares and label == "productive" else 0
+        counts[label] += 1 - share
+        counts[SHARED] += share
+    return {label: float(count) for label, count in counts.items()}

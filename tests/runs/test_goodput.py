@@ -133,7 +133,7 @@ def test_a_second_failure_during_the_reload_of_the_first_rewinds_to_the_restore_
     b = whole(run)
     minutes = {stage: getattr(b, f"{stage}_s") / 60 for stage in STAGES}
     assert minutes == {
-        "detection": 0, "rescheduling": 9, "reload": 6, "other": 0, "rewound": 29.5, "checkpoint": 0.5,
+        "detection": 0, "rescheduling": 9, "reload": 6, "other": 0, "rewound": 29.5, "checkpoint": 0.5, "shrunk": 0,
     }  # fmt: skip
     assert b.productive_s == 75 * 60 and b.goodput == 0.625  # the engine said 0.375: the first hour all rewound
     first, second = interruption_costs(run, now=FAR)

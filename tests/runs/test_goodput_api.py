@@ -33,6 +33,7 @@ def test_it_answers_a_runs_goodput_by_stage(reader, record):
         "rewound_s": REWOUND,
         "checkpoint_s": CHECKPOINT,
         "other_s": 0.0,
+        "shrunk_s": 0.0,
     }
     assert math.isclose(body["goodput"], PRODUCTIVE / WALL)
     assert [d["date"] for d in body["daily"]] == ["2026-03-01"] and body["daily"][0]["productive_s"] == PRODUCTIVE

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from runs import selectors
 from runs.domain.goodput import STAGES
 from runs.models import Run
-from tests.runs.goodput_reference import label_seconds, totals
+from tests.runs.goodput_reference import label_seconds, shrunk_shares, totals
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 EXAMPLES = int(os.environ.get("FLEETOPS_FUZZ_EXAMPLES", "2000"))
@@ -61,9 +61,9 @@ class Story:
             }
         )
 
-    def start(self, second: int) -> None:
+    def start(self, second: int, gpus: int = 16) -> None:
         self.jobs += 1
-        self.add("run.started", second, SCHEDULER, cluster="c1", gpus=16, nodes=["n1", "n2"], job_id=str(self.jobs))
+        self.add("run.started", second, SCHEDULER, cluster="c1", gpus=gpus, nodes=["n1", "n2"], job_id=str(self.jobs))
 
 
 @st.composite
@@ -113,7 +113,10 @@ def stories(draw) -> tuple[list[dict], int]:
                     detected_at=moment(max(second, detected + draw(st.integers(-300, 300)))).isoformat(),
                 )  # fmt: skip
             t = max(detected, fault) + draw(st.integers(0, 900))
-            story.start(t)
+            gpus = draw(st.sampled_from((16, 16, 12, 8)))  # shrunk to go on without a node, or grown back
+            if gpus < 16:
+                event("a restart on fewer GPUs")
+            story.start(t, gpus)
             t += draw(st.integers(0, 600))
             if number < faults:
                 event("a fault during the reload of another")
@@ -209,8 +212,9 @@ def agree(post, story, batches, window) -> None:
     if start is None:
         assert got is None or got.wall_clock_s == 0
         return
-    want = totals(start, labels)
-    assert seconds_of(got) == {k: float(v) for k, v in want.items()}, told(events)
+    shares = shrunk_shares(events + repeats, now=now)
+    want = totals(start, labels, shares=shares)
+    assert seconds_of(got) == want, told(events)
 
     # A window inside the run: the same seconds, counted there.
     low, high = sorted(int(f * len(labels)) for f in window)
@@ -218,4 +222,4 @@ def agree(post, story, batches, window) -> None:
         since, until = start + timedelta(seconds=low), start + timedelta(seconds=high)
         run = Run.objects.get(name=run_name)
         part = selectors.run_goodput_get(run=run, since=since, until=until, now=now).total
-        assert seconds_of(part) == {k: float(v) for k, v in totals(start, labels, since=since, until=until).items()}
+        assert seconds_of(part) == totals(start, labels, since=since, until=until, shares=shares)

@@ -9,7 +9,7 @@ import random
 import time
 from datetime import UTC, datetime, timedelta
 
-from tests.runs.goodput_reference import LABELS, label_seconds, totals
+from tests.runs.goodput_reference import LABELS, SHARED, label_seconds, totals
 
 DAY = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -39,11 +39,11 @@ def ev(event_type: str, hms: str, source: str = "/slurm/a", **data) -> dict:
 
 
 def expect(result: dict[str, int], **seconds: int) -> None:
-    wanted = dict.fromkeys(LABELS, 0)
+    wanted = dict.fromkeys((*LABELS, SHARED), 0)
     wanted.update({k: v for k, v in seconds.items() if k != "wall_clock"})
     wanted["wall_clock"] = seconds["wall_clock"]
     assert result == wanted
-    assert sum(result[label] for label in LABELS) == result["wall_clock"]
+    assert sum(result[label] for label in (*LABELS, SHARED)) == result["wall_clock"]
 
 
 def run_totals(events: list[dict], now: str = "23:00") -> dict[str, int]:

@@ -49,7 +49,7 @@ def test_it_reports_every_figure_of_a_known_week(week):
     assert data["goodput"]["lost_gpu_h"] == pytest.approx(3_328 / 60)
     assert data["goodput"]["fleet"] == pytest.approx((57_600 - 3_328) / 57_600)  # 94.22%
     stages = {row["stage"]: row for row in data["stages"]}
-    minutes = {"detection": 16, "rescheduling": 55, "reload": 25, "other": 0, "rewound": 147.5, "checkpoint": 2.5}
+    minutes = {"detection": 16, "rescheduling": 55, "reload": 25, "other": 0, "rewound": 147.5, "checkpoint": 2.5, "shrunk": 0}
     assert {stage: row["minutes"] for stage, row in stages.items()} == pytest.approx(minutes)
     gpu_minutes = {
         "detection": 15 * 16 + 1 * 8,
@@ -58,6 +58,7 @@ def test_it_reports_every_figure_of_a_known_week(week):
         "other": 0,
         "rewound": 88 * 16 + 59.5 * 8,
         "checkpoint": 2 * 16 + 0.5 * 8,
+        "shrunk": 0,
     }
     assert {stage: row["gpu_h"] for stage, row in stages.items()} == pytest.approx(
         {stage: m / 60 for stage, m in gpu_minutes.items()}
