@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 
 # "each instant goes to one label only, the first in this order: detection, rescheduling, reload, other, rewound,
 # checkpoint"

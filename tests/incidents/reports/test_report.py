@@ -49,7 +49,15 @@ def test_it_reports_every_figure_of_a_known_week(week):
     assert data["goodput"]["lost_gpu_h"] == pytest.approx(3_328 / 60)
     assert data["goodput"]["fleet"] == pytest.approx((57_600 - 3_328) / 57_600)  # 94.22%
     stages = {row["stage"]: row for row in data["stages"]}
-    minutes = {"detection": 16, "rescheduling": 55, "reload": 25, "other": 0, "rewound": 147.5, "checkpoint": 2.5, "shrunk": 0}
+    minutes = {
+        "detection": 16,
+        "rescheduling": 55,
+        "reload": 25,
+        "other": 0,
+        "rewound": 147.5,
+        "checkpoint": 2.5,
+        "shrunk": 0,
+    }
     assert {stage: row["minutes"] for stage, row in stages.items()} == pytest.approx(minutes)
     gpu_minutes = {
         "detection": 15 * 16 + 1 * 8,
