@@ -374,6 +374,9 @@ LEMON_WINDOW_S = env.float("LEMON_WINDOW_S", default=7 * 86400.0)
 LEMON_THRESHOLD = env.int("LEMON_THRESHOLD", default=3)
 # A repair's usual length in hours, until the cluster's own repairs say otherwise (the spare pool size).
 REPAIR_HOURS_DEFAULT = env.float("REPAIR_HOURS_DEFAULT", default=48.0)
+# A run's restart cost (fault to training again) before it has restarted once: what shrink-and-continue prices a
+# restart at (the advisor's R; the run's own median replaces it).
+RESTART_S_DEFAULT = env.float("RESTART_S_DEFAULT", default=600.0)
 # How long the overview's spare-pool figures keep the measured repair times (seconds); spares now are always live.
 SPARE_REPAIR_CACHE_S = env.int("SPARE_REPAIR_CACHE_S", default=300)
 # Playbooks stop and page a human rather than take more than this share of a cluster out of service.

@@ -644,6 +644,11 @@ def run_levers_get(*, run: Run, now: datetime, version: str | None = None, **ove
     return cache.get_or_set(key, compute, RECORD_CACHE_S)
 
 
+def run_restart_s_get(*, run: Run) -> float | None:
+    """The run's median fault-to-training-again time in seconds, the advisor's R (None before any restart)."""
+    return _run_measured_costs(run)[1]
+
+
 def _run_measured_costs(run: Run) -> tuple[float | None, float | None]:
     """The run's median blocking write and median fault-to-training-again time, in seconds (None if unmeasured)."""
     # Unordered: medians need no order, and the models' default ordering joins the run to sort by it.

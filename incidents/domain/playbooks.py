@@ -52,16 +52,59 @@ RETURN_TO_SERVICE = {
     ],
 }
 
-PLAYBOOKS = {p["name"]: p for p in (DRAIN_AND_REPLACE, RETURN_TO_SERVICE)}
+# When no hot spare is free: go on with the job's other nodes (fewer data-parallel replicas) and grow back onto a spare
+# once one passes the gate, or hold the job for the spare, whichever costs fewer node-seconds (advisor.shrink_or_wait)
+# unless the person who started it chose. A spare free at the choice makes it a drain-and-replace.
+SHRINK_AND_CONTINUE = {
+    "name": "shrink-and-continue",
+    "title": "Drain the bad node and go on with the job's other nodes until a spare returns, then grow back",
+    "steps": [
+        {"name": "drain", "operation": "drain_node", "action": "drain", "retries": 3, "timeout_s": 120},
+        {"name": "shrink or wait", "operation": "choose_shrink", "action": "read", "retries": 3, "timeout_s": 60},
+        {"name": "shrink job", "operation": "shrink_job", "action": "requeue", "retries": 3, "timeout_s": 120},
+        {"name": "wait running", "operation": "wait_job_running", "action": "read", "retries": 30, "timeout_s": 600},
+        {"name": "send to repair", "operation": "send_to_repair", "action": "repair", "retries": 3, "timeout_s": 120},
+        # Polled, not retried: a spare passes the gate in hours or days (the cluster's repair time).
+        {"name": "wait for spare", "operation": "wait_spare", "action": "read", "poll_s": 60, "wait_s": 14 * 86400},
+        {"name": "grow back", "operation": "grow_job", "action": "requeue", "retries": 3, "timeout_s": 120},
+        {
+            "name": "wait full size",
+            "operation": "wait_job_running",
+            "full": True,
+            "action": "read",
+            "retries": 30,
+            "timeout_s": 600,
+        },
+    ],
+}
+CHOICES = ("shrink", "wait")  # what a person may choose over the advisor's pricing
+
+PLAYBOOKS = {p["name"]: p for p in (DRAIN_AND_REPLACE, RETURN_TO_SERVICE, SHRINK_AND_CONTINUE)}
 # How FleetOps' own drains name themselves to the scheduler (playbooks.steps.reason_of), so detection knows them back.
 OWN_REASON_PREFIX = "fleetops "
 
 # Operations that act on the run's scheduler job: a playbook with one of these needs a run, not just a node.
-RUN_OPERATIONS = frozenset({"requeue_job", "wait_job_running"})
+RUN_OPERATIONS = frozenset({"requeue_job", "wait_job_running", "choose_shrink", "shrink_job", "grow_job"})
 
 
 def needs_run(definition: dict) -> bool:
     return any(step["operation"] in RUN_OPERATIONS for step in definition["steps"])
+
+
+def with_choice(definition: dict, choice: str) -> dict:
+    """The definition with a person's choice ("shrink" or "wait") in its choose step, frozen into the execution."""
+    if choice not in CHOICES:
+        raise PlaybookError(f"Choose one of {', '.join(CHOICES)}, not {choice!r}.")
+    if not any(step["operation"] == "choose_shrink" for step in definition["steps"]):
+        raise PlaybookError(f"{definition['name']} has no choice to make: it only replaces.")
+    steps = [
+        {**step, "choice": choice} if step["operation"] == "choose_shrink" else step for step in definition["steps"]
+    ]
+    return {**definition, "steps": steps}
+
+
+class StillWaiting(Exception):  # noqa: N818 -- not an error: the step looks again later
+    """A polled step found the cluster not yet as it waits for it (no spare back yet): look again in poll_s."""
 
 
 # Who must approve an action at a severity: "" (automatic), "oncall" or "admin".

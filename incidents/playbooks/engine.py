@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from fleetops.celery import task_named
 from incidents import services
-from incidents.domain.playbooks import PLAYBOOKS, PlaybookError, approver_for, backoff_s
+from incidents.domain.playbooks import PLAYBOOKS, PlaybookError, StillWaiting, approver_for, backoff_s, with_choice
 from incidents.models import Incident, PlaybookExecution, StepExecution
 from incidents.playbooks import steps
 from incidents.playbooks.clusters import adapter_for
@@ -33,11 +33,17 @@ def playbook_start(
     run: Run | None = None,
     incident: Incident | None = None,
     dry_run: bool = False,
+    choice: str = "",
 ) -> PlaybookExecution:
-    """Start (or return the already active) execution for this node and run; queue its first step."""
+    """Start (or return the already active) execution for this node and run; queue its first step.
+
+    `choice`: a person's "shrink" or "wait" over the advisor's pricing, for a playbook that chooses
+    (shrink-and-continue)."""
     definition = PLAYBOOKS.get(playbook)
     if definition is None:
         raise PlaybookError(f"Unknown playbook {playbook!r}; known: {', '.join(PLAYBOOKS)}.")
+    if choice:
+        definition = with_choice(definition, choice)
     severity = incident.severity if incident else None
     try:
         with transaction.atomic():
@@ -113,6 +119,13 @@ def playbook_advance(*, execution_id: int) -> str:
                 if execution.dry_run
                 else steps.OPERATIONS[spec["operation"]](execution, step, spec)
             )
+        except StillWaiting as waiting:
+            waited = (timezone.now() - step.started_at).total_seconds()
+            if waited > spec.get("wait_s", 86400):
+                _step_failed(execution, step, f"gave up after waiting {waited / 3600:,.1f} h: {waiting}")
+                return "failed"
+            _step_poll(execution, step, waiting, spec)
+            return "waiting"
         except TransientError as error:
             if step.attempts < spec.get("retries", 3):
                 _step_retry(execution, step, error, spec)
@@ -157,6 +170,20 @@ def _describe(execution: PlaybookExecution, spec: dict) -> dict:
         "health_check": lambda: adapter.describe_plan("health_check", name=node, check=spec.get("check")),
         "prepare_checks": lambda: adapter.plan_ready_for_checks(node),
         "return_to_pool": lambda: adapter.describe_plan("ensure_resumed", name=node),
+        "choose_shrink": lambda: (
+            f"{adapter.describe_plan('list_spares')}; {adapter.describe_plan('job_status', job_id=job)}"
+            "; a free spare replaces the node, else shrink or wait by the advisor's pricing"
+            + (f" (chosen: {spec['choice']})" if spec.get("choice") else "")
+        ),
+        "shrink_job": lambda: adapter.describe_plan(
+            "requeue_job", job_id=job, exclude=[node], nodes="<its nodes less 1>"
+        ),
+        "wait_spare": lambda: (
+            f"{adapter.describe_plan('list_spares')}, every {spec.get('poll_s', 60):g} s until one is ready"
+        ),
+        "grow_job": lambda: adapter.describe_plan(
+            "requeue_job", job_id=job, onto=["<the spare>"], nodes="<its full size>"
+        ),
     }
     return {"plan": plans[spec["operation"]]()}
 
@@ -185,6 +212,20 @@ def _step_retry(execution, step, error, spec) -> None:
     log.info("playbook %s step %s: transient error, retry in %ss: %s", execution.pk, step.name, delay, error)
     with transaction.atomic():
         _queue(execution.pk, countdown=delay)
+
+
+def _step_poll(execution, step, waiting: StillWaiting, spec) -> None:
+    """A polled step found nothing yet: it stays pending and looks again in poll_s. With a broker that is a
+    countdown; in-process (the embedded default, where a countdown would run at once) the periodic resume-playbooks
+    picks the execution up once its lease runs out."""
+    with transaction.atomic():
+        StepExecution.objects.filter(pk=step.pk).update(
+            status=StepExecution.Status.PENDING, error="", output={"summary": f"waiting: {waiting}"}
+        )
+        if step.attempts == 1:
+            _timeline(execution, f"Step {step.name} waits: {waiting}; looking again every {spec['poll_s']:g} s")
+        if not task_named("incidents.tasks.advance_playbook").app.conf.task_always_eager:
+            _queue(execution.pk, countdown=spec["poll_s"])
 
 
 def _step_failed(execution, step, reason: str, *, refused: bool = False) -> None:

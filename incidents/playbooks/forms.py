@@ -1,6 +1,6 @@
 from django import forms
 
-from incidents.domain.playbooks import PLAYBOOKS, needs_run
+from incidents.domain.playbooks import CHOICES, PLAYBOOKS, needs_run
 from incidents.models import Incident
 from runs.models import Node
 
@@ -11,6 +11,8 @@ class PlaybookStartForm(forms.Form):
     playbook = forms.ChoiceField(choices=[(name, name) for name in PLAYBOOKS])
     node = forms.ModelChoiceField(queryset=Node.objects.none(), to_field_name="hostname")
     dry_run = forms.BooleanField(required=False)
+    # shrink-and-continue only: a person's choice over the advisor's pricing when no spare is free.
+    choice = forms.ChoiceField(choices=[("", "as the advisor prices it"), *((c, c) for c in CHOICES)], required=False)
 
     def __init__(self, *args, incident: Incident, **kwargs):
         super().__init__(*args, **kwargs)
@@ -24,6 +26,9 @@ class PlaybookStartForm(forms.Form):
             if self.incident.run is None:
                 raise forms.ValidationError(f"{playbook} puts a run back on a spare, and this incident has no run.")
             data["run"] = self.incident.run
+        steps = PLAYBOOKS[playbook]["steps"] if playbook else []
+        if data.get("choice") and not any(step["operation"] == "choose_shrink" for step in steps):
+            self.add_error("choice", f"{playbook} makes no choice between shrinking and waiting: leave it empty.")
         return data
 
     def error_text(self) -> str:

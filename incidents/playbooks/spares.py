@@ -10,6 +10,8 @@ from django.core.cache import cache
 from django.db.models import Count, Min
 
 from incidents.domain.playbooks import spares_needed
+from runs import selectors
+from runs.domain import advisor
 from runs.models import Cluster, Event, Interruption, Node, Run
 
 
@@ -122,3 +124,26 @@ def _repair_hours() -> dict[int, list[float]]:
             hours = (time - entered.pop(hostname)).total_seconds() / 3600
             durations.setdefault(cluster_of[hostname], []).append(hours)
     return durations
+
+
+@dataclass(frozen=True)
+class ShrinkPrice:
+    """advisor.shrink_or_wait for one job, with what it read: the wait is the cluster's repair time (how long until
+    the drained node, or another, passes the gate again), the restart the run's own median (or the default)."""
+
+    price: advisor.ShrinkOrWait
+    nodes: int
+    lost: int
+    wait_s: float
+    restart_s: float
+    wait_measured: bool
+    restart_measured: bool
+
+
+def shrink_price_get(*, run: Run, cluster: Cluster, nodes: int, lost: int, now: datetime) -> ShrinkPrice:
+    pool = spare_pools_get(now=now).get(cluster.pk)
+    wait_s = (pool.repair_hours if pool else settings.REPAIR_HOURS_DEFAULT) * 3600
+    measured = selectors.run_restart_s_get(run=run)
+    restart_s = measured if measured is not None else settings.RESTART_S_DEFAULT
+    price = advisor.shrink_or_wait(nodes=nodes, lost=lost, wait_s=wait_s, restart_s=restart_s)
+    return ShrinkPrice(price, nodes, lost, wait_s, restart_s, bool(pool and pool.repair_measured), measured is not None)

@@ -2,18 +2,20 @@
 found or did (the step's output). A step whose worker died is run again as it is: ensure-calls change nothing twice.
 """
 
+import math
 import time
 
 from django.utils import timezone
 
 from incidents import services
-from incidents.domain.playbooks import OWN_REASON_PREFIX, PlaybookError
+from incidents.domain.playbooks import OWN_REASON_PREFIX, PlaybookError, StillWaiting
 from incidents.models import PlaybookExecution, StepExecution
-from incidents.playbooks import breaker
+from incidents.playbooks import breaker, spares
 from incidents.playbooks.clusters import adapter_for
 from incidents.playbooks.clusters.base import RefusedError, TransientError
 from runs.domain import hostlist
 from runs.domain.cloudevents import SPECVERSION, format_time, parse_time
+from runs.models import Attempt
 from runs.services import own_events_ingest
 
 PLAYBOOK_SOURCE = "fleetops/playbook"
@@ -72,6 +74,12 @@ def _spare(execution) -> str:
 
 
 def _requeue_job(execution, step, spec) -> dict:
+    return _requeue(execution, step, onto=[_spare(execution)])
+
+
+def _requeue(execution, step, *, onto: list[str], nodes: int | None = None, grow: bool = False) -> dict:
+    """Requeue the run's job off the bad node (onto `onto`, on `nodes` nodes), once, and write back the attempt it
+    ended: a fault's (the bad node's), or a planned stop when it grows back onto a spare."""
     job, adapter = job_id_of(execution), adapter_for(cluster_of(execution))
     seen = step.output.get("seen_restart_count")
     if seen is None:
@@ -89,10 +97,11 @@ def _requeue_job(execution, step, spec) -> dict:
         }
         StepExecution.objects.filter(pk=step.pk).update(output=step.output)
     outcome = adapter.requeue_job(
-        job, seen_restart_count=seen, exclude=[execution.node.hostname], onto=_spare(execution)
+        job, seen_restart_count=seen, exclude=[execution.node.hostname], onto=onto, nodes=nodes
     )
     if step.output.get("ends_attempt") is not None:
-        _attempt_ended(execution, job, step.output["ends_attempt"], parse_time(step.output["requeued_at"]))
+        ended = parse_time(step.output["requeued_at"])
+        (_attempt_grown if grow else _attempt_ended)(execution, job, step.output["ends_attempt"], ended)
     return {
         "summary": outcome.summary,
         "job": job,
@@ -142,13 +151,100 @@ def _attempt_ended(execution, job: str, number: int, requeued_at) -> None:
     )
 
 
+def _attempt_grown(execution, job: str, number: int, requeued_at) -> None:
+    """Growing back ended the shrunk attempt `number` on purpose: a planned stop at the requeue, so the restart's
+    downtime is the price of growing back, not a fault's."""
+    own_events_ingest(
+        events=[
+            {
+                "specversion": SPECVERSION,
+                "source": PLAYBOOK_SOURCE,
+                "id": f"grow:{execution.pk}:{job}",
+                "type": "run.failed",
+                "time": format_time(requeued_at, "microseconds"),
+                "data": {
+                    "run": execution.run.name,
+                    "reason": f"FleetOps grows job {job} back to its size onto {_grown_onto(execution)}",
+                    "planned": True,
+                    "detected_at": format_time(requeued_at, "microseconds"),
+                },
+            }
+        ]
+    )
+
+
+def _choice(execution) -> dict:
+    return execution.steps.get(name="shrink or wait").output
+
+
+def _choose_shrink(execution, step, spec) -> dict:
+    """Replace, shrink or wait: a free hot spare makes it a replacement; else the advisor's pricing of shrinking
+    (restart now on the other nodes, train at their share, restart again to grow back) against holding the job
+    for a spare (the cluster's repair time), unless the person who started it chose."""
+    if step.output.get("decision"):
+        return step.output  # decided once: a retry after a crash keeps it
+    cluster, bad = cluster_of(execution), execution.node.hostname
+    adapter = adapter_for(cluster)
+    free = [s.name for s in adapter.list_spares() if s.state == "hot_spare" and s.name != bad]
+    job = adapter.job_status(job_id_of(execution))
+    nodes = len(job.nodes) or Attempt.sizing_node_count(execution.run)
+    if free:
+        return {"decision": "replace", "spare": free[0], "nodes": nodes, "by": "free spare",
+                "summary": f"spare {free[0]} is free: replace {bad} with it"}  # fmt: skip
+    if nodes < 1:
+        raise PlaybookError(f"job {job.job_id} runs on no node that FleetOps knows: nothing to shrink or hold")
+    quote = spares.shrink_price_get(run=execution.run, cluster=cluster, nodes=nodes, lost=1, now=timezone.now())
+    price, chosen = quote.price, spec.get("choice", "")
+    decision = chosen or ("shrink" if price.shrink else "wait")
+    if decision == "shrink" and nodes < 2:
+        raise RefusedError(f"job {job.job_id} runs on {nodes} node: it cannot go on without {bad}")
+    by = f"chosen by {execution.started_by}" if chosen else "the advisor's pricing"
+    costs = (
+        f"shrinking costs {price.shrink_cost / 3600:,.1f} node-hours, waiting {price.wait_cost / 3600:,.1f} "
+        f"(a spare in {quote.wait_s / 3600:,.1f} h, {'the cluster' if quote.wait_measured else 'by default'}; "
+        f"a restart {quote.restart_s / 60:,.1f} min, {'the run' if quote.restart_measured else 'by default'})"
+    )
+    what = f"shrink to {nodes - 1} of {nodes} nodes" if decision == "shrink" else f"hold job {job.job_id} for a spare"
+    return {
+        "decision": decision,
+        "nodes": nodes,
+        "by": by,
+        "wait_s": quote.wait_s,
+        "restart_s": quote.restart_s,
+        "wait_measured": quote.wait_measured,
+        "restart_measured": quote.restart_measured,
+        "shrink_cost_node_s": price.shrink_cost if math.isfinite(price.shrink_cost) else None,
+        "wait_cost_node_s": price.wait_cost,
+        "summary": f"{what} ({by}): {costs}",
+    }
+
+
+def _shrink_job(execution, step, spec) -> dict:
+    choice = _choice(execution)
+    if choice["decision"] == "replace":
+        return _requeue(execution, step, onto=[choice["spare"]])
+    if choice["decision"] == "wait":
+        job = adapter_for(cluster_of(execution)).job_status(job_id_of(execution))
+        if job.state != "running" and step.output.get("seen_restart_count") is None:  # not a retry of the requeue
+            return {"summary": f"job {job.job_id} is {job.raw_state}: held so until a spare passes the gate",
+                    "held": True}  # fmt: skip
+        # Still on the bad node: off it at its full size, to wait in the queue (grow back places it on the spare).
+        held = _requeue(execution, step, onto=[])
+        return {**held, "summary": f"{held['summary']}; held until a spare passes the gate", "held": True}
+    return _requeue(execution, step, onto=[], nodes=choice["nodes"] - 1)
+
+
 def _wait_job_running(execution, step, spec) -> dict:
     job = job_id_of(execution)
+    full = _full_size(execution) if spec.get("full") else None
+    if full == 0 or (not spec.get("full") and _held(execution)):
+        return {"summary": "nothing to wait for: " + ("the job kept its size" if full == 0 else "the job is held")}
     deadline = time.monotonic() + 20
     adapter = adapter_for(cluster_of(execution))
     while True:
         status = adapter.job_status(job)
-        if status.state.upper() == "RUNNING" and execution.node.hostname not in status.nodes:
+        running = status.state.upper() == "RUNNING" and execution.node.hostname not in status.nodes
+        if running and (full is None or len(status.nodes) >= full):
             break
         if time.monotonic() > deadline:
             where = hostlist.fold(status.nodes)
@@ -172,6 +268,41 @@ def _wait_job_running(execution, step, spec) -> dict:
         "nodes": status.nodes,
         "seconds_since_start": seconds,
     }
+
+
+def _held(execution) -> bool:
+    step = execution.steps.filter(name="shrink or wait").first()
+    return step is not None and step.output.get("decision") == "wait"
+
+
+def _full_size(execution) -> int:
+    """The node count the job grows back to; 0 when it never changed size (a spare replaced the node)."""
+    choice = _choice(execution)
+    return 0 if choice["decision"] == "replace" else choice["nodes"]
+
+
+def _wait_spare(execution, step, spec) -> dict:
+    """A hot spare that passed the gate (the drained node itself, repaired, or another); polled, not retried."""
+    if _full_size(execution) == 0:
+        return {"summary": "nothing to wait for: a spare replaced the node"}
+    bad = execution.node.hostname
+    free = [s.name for s in adapter_for(cluster_of(execution)).list_spares() if s.state == "hot_spare"]
+    free = [name for name in free if name != bad] or free  # the repaired node itself, if it is the only one back
+    if not free:
+        raise StillWaiting("no hot spare has passed the gate yet")
+    waited = (timezone.now() - step.started_at).total_seconds() if step.started_at else 0.0
+    return {"summary": f"spare {free[0]} ready after {waited / 3600:,.1f} h", "spare": free[0], "waited_s": waited}
+
+
+def _grown_onto(execution) -> str:
+    return execution.steps.get(name="wait for spare").output.get("spare", "a spare")
+
+
+def _grow_job(execution, step, spec) -> dict:
+    full = _full_size(execution)
+    if full == 0:
+        return {"summary": "nothing to grow back: a spare replaced the node"}
+    return _requeue(execution, step, onto=[_grown_onto(execution)], nodes=full, grow=not _held(execution))
 
 
 def _send_to_repair(execution, step, spec) -> dict:
@@ -211,6 +342,10 @@ OPERATIONS = {
     "pick_spare": _pick_spare,
     "requeue_job": _requeue_job,
     "wait_job_running": _wait_job_running,
+    "choose_shrink": _choose_shrink,
+    "shrink_job": _shrink_job,
+    "wait_spare": _wait_spare,
+    "grow_job": _grow_job,
     "send_to_repair": _send_to_repair,
     "health_check": _health_check,
     "prepare_checks": _prepare_checks,

@@ -32,7 +32,7 @@ def incident_playbook_start(request, pk):
         return _respond(request, incident, error=f"{active.playbook} #{active.pk} is already active on {where}.")
     playbook_start(
         playbook=data["playbook"], actor=actor, node=data["node"], run=data["run"], incident=incident,
-        dry_run=data["dry_run"],
+        dry_run=data["dry_run"], choice=data["choice"],
     )  # fmt: skip
     return _respond(request, incident)
 

@@ -144,32 +144,38 @@ class ClusterAdapter(ABC):
         seen_restart_count: int | None = None,
         exclude: Sequence[str] | str = (),
         onto: Sequence[str] | str = (),
+        nodes: int | None = None,
     ) -> Outcome:
         """Stop the job and put it back in the queue (or restart it), at most once per restart.
 
         `seen_restart_count` is the job's restart_count when the caller decided to requeue; a job whose
         count has moved past it has been requeued since (by us, before a crash, or by the scheduler) and is
-        left alone. A job waiting to run already needs no requeue. Finished jobs are refused.
-        `exclude`: nodes the job must not run on again (the bad node). `onto`: nodes it should run on (hot
-        spares), moved into the main pool first so that the scheduler may place it there.
+        left alone. A job waiting to run already needs no requeue, unless it must change size. Finished jobs
+        are refused. `exclude`: nodes the job must not run on again (the bad node). `onto`: nodes it should run
+        on (hot spares), moved into the main pool first so that the scheduler may place it there. `nodes`: the
+        node count it restarts with, fewer to shrink it (the training client learns its new world size from the
+        scheduler at the restart) or more to grow it back; None keeps it.
         """
         job = self.job_status(job_id)
         if job.state in ("completed", "cancelled"):
             raise RefusedError(f"job {job_id} has ended ({job.raw_state}): requeueing it would run it again")
+        if nodes is not None and nodes < 1:
+            raise RefusedError(f"job {job_id} cannot run on {nodes} nodes")
         if seen_restart_count is not None and job.restart_count > seen_restart_count:
             return Outcome(False, f"job {job_id} already restarted (restart {job.restart_count})", job=job)
-        if job.state == "pending":
+        if job.state == "pending" and nodes is None:
             return Outcome(False, f"job {job_id} is already waiting to run ({job.raw_state})", job=job)
         if job.state == "completing":
             raise TransientError(f"job {job_id} is still ending ({job.raw_state}); retry once it has")
         # One node may come as a plain name: list("gpu-005") would be its letters.
         exclude, onto = ([names] if isinstance(names, str) else list(names) for names in (exclude, onto))
-        summary = self._requeue(job, exclude=exclude, onto=onto)
+        summary = self._requeue(job, exclude=exclude, onto=onto, nodes=nodes)
         return Outcome(True, summary, job=self.job_status(job_id))
 
     @abstractmethod
-    def _requeue(self, job: JobStatus, *, exclude: list[str], onto: list[str]) -> str:
-        """Requeue a running or failed job; return what was done, in words."""
+    def _requeue(self, job: JobStatus, *, exclude: list[str], onto: list[str], nodes: int | None = None) -> str:
+        """Requeue a running, failed or (to resize it) waiting job on `nodes` nodes (None: as many as it has);
+        return what was done, in words. An adapter whose scheduler cannot resize a job refuses a `nodes`."""
 
     @abstractmethod
     def health_check(self, name: str, check: str) -> HealthCheck:

@@ -250,9 +250,13 @@ class KubernetesAdapter(ClusterAdapter):
         self._call(self.core.patch_node, name, body)
         return Outcome(True, f"moved {name} to pool {pool} (label {POOL_LABEL}={pool})", node=self.node_status(name))
 
-    def _requeue(self, job: JobStatus, *, exclude: list[str], onto: list[str]) -> str:
+    def _requeue(self, job: JobStatus, *, exclude: list[str], onto: list[str], nodes: int | None = None) -> str:
         # A Job's pod template cannot change while it runs, so placement is the nodes' business: the excluded
         # ones must be cordoned (drain them first), the spares join the main pool (label and taint).
+        if nodes is not None:
+            # An indexed Job's completions and parallelism are its world size, fixed in its spec: resizing it is the
+            # training operator's (an elastic PyTorchJob), which this adapter does not drive.
+            raise RefusedError(f"job {job.job_id}: a Kubernetes Job's size is fixed in its spec; it cannot shrink here")
         for name in exclude:
             if not self._call(self.core.read_node, name).spec.unschedulable:
                 raise RefusedError(f"{name} is not cordoned: drain it first, or the job's new pods may land on it")

@@ -8,8 +8,9 @@ it. How the operations map:
 - pools are states: spare is `hot_spare`, repair is `in_repair`, main is `in_service`.
 - requeue: a `run.started` for the run's next attempt under the same job id (as Slurm keeps its id), with a
   hot spare in place of each node of the attempt that is out of service; each spare gets node.state
-  `in_service` and each replaced draining node `cordoned`. restart_count is the number of attempts under
-  that job id, less one.
+  `in_service` and each replaced draining node `cordoned`. A new node count restarts it on its good nodes and
+  as many spares as the count needs (none to shrink), its `gpus` its GPUs a node times its nodes.
+  restart_count is the number of attempts under that job id, less one.
 - health check: a `healthcheck.result` event, failed when a GPU of the node asks for a recovery action or
   has a row-remap failure or pending remap, passed otherwise.
 Event times are now (UTC); the record keeps the latest state by event time.
@@ -131,7 +132,9 @@ class SimulatedAdapter(ClusterAdapter):
         self._post([self._node_state(name, wanted, f"Moved to the {pool} pool by a FleetOps playbook")])
         return Outcome(True, f"moved {name} to pool {pool} ({wanted})", node=self.node_status(name))
 
-    def _requeue(self, job: JobStatus, *, exclude: list[str], onto: list[str]) -> str:
+    def _requeue(self, job: JobStatus, *, exclude: list[str], onto: list[str], nodes: int | None = None) -> str:
+        """Each node of the job out of service (or excluded) gives way to a hot spare, `onto` first; with `nodes`,
+        the job restarts on that many: its good nodes, then spares for the rest (none when it shrinks)."""
         latest = self._attempts(job.job_id)[-1]
         run = latest.run
         states = dict(self._nodes().filter(hostname__in=[*job.nodes, *onto]).values_list("hostname", "state"))
@@ -141,28 +144,46 @@ class SimulatedAdapter(ClusterAdapter):
             raise RefusedError(
                 f"{', '.join(not_spare)} not a hot spare: cannot take the place of a node of {job.job_id}"
             )
+        good = [name for name in job.nodes if name not in bad]
+        wanted = len(job.nodes) if nodes is None else nodes
+        needed = max(wanted - len(good), 0)
         others = self._nodes().filter(state="hot_spare").exclude(hostname__in=onto).order_by("hostname")
-        spares = [*onto, *others.values_list("hostname", flat=True)][: len(bad)]
-        if len(spares) < len(bad):
+        spares = [*onto, *others.values_list("hostname", flat=True)][:needed]
+        if len(spares) < needed:
             raise RefusedError(
                 f"{len(bad)} node(s) of job {job.job_id} need a replacement, {len(spares)} hot spare(s) left"
+                if nodes is None
+                else f"job {job.job_id} needs {needed} more node(s) to run on {wanted}, {len(spares)} hot spare(s) left"
             )
-        swap = dict(zip(bad, spares, strict=True))
-        nodes = [swap.get(name, name) for name in job.nodes]
+        if nodes is None:  # a replacement keeps each node's place in the job
+            swap = dict(zip(bad, spares, strict=True))
+            placed = [swap.get(name, name) for name in job.nodes]
+        else:
+            swap = {}
+            placed = [*good[:wanted], *spares]
+        per_node = max((latest.gpus or run.gpu_count or 1) // max(len(job.nodes), 1), 1)
+        replaced = {spare: name for name, spare in swap.items()}
         events = [
-            self._node_state(spare, "in_service", f"Joined {run.name} in place of {name}")
-            for name, spare in swap.items()
+            self._node_state(
+                spare,
+                "in_service",
+                f"Joined {run.name}" + (f" in place of {replaced[spare]}" if spare in replaced else ""),
+            )
+            for spare in spares
         ]
         events += [
             self._node_state(name, "cordoned", f"Left job {job.job_id}; {self._node(name).state_reason}")
             for name in bad
             if states.get(name) == "draining"
         ]
-        started = {"run": run.name, "cluster": self.cluster.name, "gpus": run.gpu_count or 1, "nodes": nodes}
+        started = {"run": run.name, "cluster": self.cluster.name, "gpus": per_node * len(placed), "nodes": placed}
         events.append(self._event("run.started", {**started, "job_id": job.job_id}))
         self._post(events)
-        swapped = ", ".join(f"{name} -> {spare}" for name, spare in swap.items()) or "same nodes"
-        return f"restarted job {job.job_id} of {run.name} as attempt {latest.number + 1} ({swapped})"
+        if nodes is None:
+            change = ", ".join(f"{name} -> {spare}" for name, spare in swap.items()) or "same nodes"
+        else:
+            change = f"{len(job.nodes)} -> {len(placed)} nodes" + (f", with {', '.join(spares)}" if spares else "")
+        return f"restarted job {job.job_id} of {run.name} as attempt {latest.number + 1} ({change})"
 
     def health_check(self, name: str, check: str) -> HealthCheck:
         self._node(name)
@@ -203,6 +224,9 @@ class SimulatedAdapter(ClusterAdapter):
         if operation == "requeue_job":
             onto = ", ".join(args.get("onto") or []) or "a hot spare"
             job_id = args.get("job_id", "JOB")
+            if args.get("nodes") is not None:
+                nodes = args["nodes"]
+                return f"post run.started for job {job_id}'s next attempt on {nodes} nodes: its good ones, then {onto}"
             return f"post run.started for job {job_id}'s next attempt, {onto} in place of each node out of service"
         if operation in ("node_status", "list_spares", "job_status", "health_check_result"):
             return f"read {operation.replace('_', ' ')} from the FleetOps record of cluster {self.cluster.name}"

@@ -19,6 +19,9 @@ How the operations map:
 - requeue: `scontrol requeue JOB`; the job's restart_cnt goes up at once (the guard of requeue_job) and it is
   PENDING until it starts again (about 10 s), on other nodes when its old one is drained. `onto` spares join
   the main partition first; `exclude` and `onto` become the job's ExcNodeList and ReqNodeList while it waits.
+  A new node count (shrink and continue, grow back) is `scontrol update jobid=JOB numnodes=N` in the same
+  update: the batch script starts again with SLURM_JOB_NUM_NODES=N, which is how the training job learns its
+  new world size. A job already waiting is placed and resized without a requeue.
 - health checks: `sbatch -w NODE -p <its partition> --job-name=fleetops-hc:CHECK --wrap CMD`; the result is
   the job's end state and exit code (squeue keeps ended jobs for MinJobAge). A drained node runs no job,
   even in a maintenance reservation, so a check needs the node resumed in the repair pool first.
@@ -270,23 +273,30 @@ class SlurmAdapter(ClusterAdapter):
             self._run(self._partition_args(partition, [n for n in members[partition] if n != name]))
         return Outcome(True, f"moved {name} to pool {pool} (partition {target})", node=self.node_status(name))
 
-    def _requeue(self, job: JobStatus, *, exclude: list[str], onto: list[str]) -> str:
+    def _requeue(self, job: JobStatus, *, exclude: list[str], onto: list[str], nodes: int | None = None) -> str:
         for name in onto:
             self.ensure_in_pool(name, "main")
         excluded = [*expand_hostlist(self._job(job.job_id).get("excluded_nodes") or ""), *exclude]
-        try:
-            self._run(["scontrol", "requeue", job.job_id])
-        except RefusedError as exc:
-            if "pending execution" not in str(exc):
-                raise
-            # It went back to the queue between our look and the requeue: place it all the same.
-        # A requeued job waits a few seconds (COMPLETING, then PENDING for its BeginTime): time to place it.
-        if exclude or onto:
-            self._run(self._placement_args(job.job_id, excluded, onto))
+        if job.state != "pending":
+            try:
+                self._run(["scontrol", "requeue", job.job_id])
+            except RefusedError as exc:
+                if "pending execution" not in str(exc):
+                    raise
+                # It went back to the queue between our look and the requeue: place it all the same.
+        # A requeued job waits a few seconds (COMPLETING, then PENDING for its BeginTime): time to place it. Its new
+        # node count is set there too: the batch script starts again with SLURM_JOB_NUM_NODES saying it.
+        if exclude or onto or nodes is not None:
+            self._run(self._placement_args(job.job_id, excluded, onto, nodes))
         where = "".join(
-            [f", not on {','.join(exclude)}" if exclude else "", f", onto {','.join(onto)}" if onto else ""]
+            [
+                f", not on {','.join(exclude)}" if exclude else "",
+                f", onto {','.join(onto)}" if onto else "",
+                f", on {nodes} node{'s' if nodes != 1 else ''}" if nodes is not None else "",
+            ]
         )
-        return f"requeued job {job.job_id} (it was {job.raw_state} on {','.join(job.nodes) or 'no node'}){where}"
+        verb = "placed waiting job" if job.state == "pending" else "requeued job"
+        return f"{verb} {job.job_id} (it was {job.raw_state} on {','.join(job.nodes) or 'no node'}){where}"
 
     def health_check(self, name: str, check: str) -> HealthCheck:
         command = check_command(self.config.health_checks, check)
@@ -336,10 +346,11 @@ class SlurmAdapter(ClusterAdapter):
         if operation == "requeue_job":
             job_id = str(args.get("job_id", "JOB"))
             exclude, onto = list(args.get("exclude") or []), list(args.get("onto") or [])
+            nodes = args.get("nodes")
             steps = [f"{self.describe_plan('ensure_in_pool', name=spare, pool='main')}" for spare in onto]
             steps.append(_shell(["scontrol", "requeue", job_id]))
-            if exclude or onto:
-                steps.append(_shell(self._placement_args(job_id, exclude, onto)))
+            if exclude or onto or nodes is not None:
+                steps.append(_shell(self._placement_args(job_id, exclude, onto, nodes)))
             return "; ".join(steps)
         if operation in ("node_status", "list_spares", "job_status", "health_check_result"):
             return {
@@ -366,8 +377,10 @@ class SlurmAdapter(ClusterAdapter):
         return ["scontrol", "update", f"nodename={name}", "state=resume"]
 
     @staticmethod
-    def _placement_args(job_id: str, exclude: list[str], onto: list[str]) -> list[str]:
+    def _placement_args(job_id: str, exclude: list[str], onto: list[str], nodes: int | None = None) -> list[str]:
         args = ["scontrol", "update", f"jobid={job_id}"]
+        if nodes is not None:
+            args.append(f"numnodes={nodes}")
         if exclude:
             args.append(f"excnodelist={','.join(dict.fromkeys(exclude))}")
         if onto:

@@ -7,6 +7,7 @@ import pytest
 from incidents.domain.playbooks import (
     DRAIN_AND_REPLACE,
     PLAYBOOKS,
+    SHRINK_AND_CONTINUE,
     approver_for,
     backoff_s,
     breaker_open,
@@ -57,4 +58,13 @@ def test_llama3_scale_needs_a_handful_of_spares():
 def test_drain_and_replace_drains_before_it_requeues():
     operations = [s["operation"] for s in DRAIN_AND_REPLACE["steps"]]
     assert operations.index("drain_node") < operations.index("requeue_job") < operations.index("send_to_repair")
-    assert set(PLAYBOOKS) == {"drain-and-replace", "return-to-service"}
+    assert set(PLAYBOOKS) == {"drain-and-replace", "return-to-service", "shrink-and-continue"}
+
+
+def test_shrink_and_continue_drains_and_chooses_before_it_shrinks_and_grows_back_only_onto_a_spare():
+    operations = [s["operation"] for s in SHRINK_AND_CONTINUE["steps"]]
+    order = ["drain_node", "choose_shrink", "shrink_job", "send_to_repair", "wait_spare", "grow_job"]
+    assert [operations.index(op) for op in order] == sorted(operations.index(op) for op in order)
+    assert operations[-1] == "wait_job_running" and SHRINK_AND_CONTINUE["steps"][-1]["full"]
+    polled = next(s for s in SHRINK_AND_CONTINUE["steps"] if s["operation"] == "wait_spare")
+    assert polled["poll_s"] > 0 and polled["wait_s"] >= 7 * 86400  # a repair takes days
