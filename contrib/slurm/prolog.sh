@@ -12,6 +12,7 @@ if [ -n "${SLURMD_NODENAME:-}" ] && [ "$SLURMD_NODENAME" != "$first" ]; then exi
 run=${FLEETOPS_RUN:-${SLURM_JOB_NAME:-slurm-$SLURM_JOB_ID}}
 run=$(tr -c 'A-Za-z0-9._:\n-' '-' <<<"$run")
 count=$(grep -c . <<<"$nodes")
+# Unset, FLEETOPS_GPUS follows the allocation: a job requeued on fewer nodes (shrink-and-continue) says its new size.
 gpus=${FLEETOPS_GPUS:-$((count * ${FLEETOPS_GPUS_PER_NODE:-8}))}
 fo_post "slurm:$CLUSTER:$SLURM_JOB_ID:${SLURM_RESTART_COUNT:-0}:start" run.started \
   "{\"run\":$(fo_json "$run"),\"cluster\":$(fo_json "$CLUSTER"),\"gpus\":$gpus,\"nodes\":$(fo_json_list <<<"$nodes"),\"job_id\":$(fo_json "$SLURM_JOB_ID")}"
