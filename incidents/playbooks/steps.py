@@ -65,7 +65,7 @@ def _pick_spare(execution, step, spec) -> dict:
         return step.output
     spares = [s for s in adapter_for(cluster_of(execution)).list_spares() if s.name != execution.node.hostname]
     if not spares:
-        raise TransientError("no hot spare is free: waiting for one")
+        raise TransientError("no hot spare is free: waiting for one (shrink-and-continue goes on without it)")
     return {"summary": f"spare {spares[0].name}", "spare": spares[0].name}
 
 

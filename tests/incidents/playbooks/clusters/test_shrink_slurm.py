@@ -190,5 +190,5 @@ def test_a_job_with_no_spare_goes_on_with_its_other_nodes_and_grows_back_on_slur
     steps = {s.name: s.output.get("summary") for s in execution.steps.order_by("index")}
     print(f"\nshrink and continue on Slurm: {json.dumps(steps, indent=1)}\nshrunk {report.total.shrunk_s:.3f} s")
     page = oncall.get(f"/runs/{run.name}").content.decode()
-    assert f"{full - GPUS_PER_NODE} of {full}" in page and "shrunk" in page
+    assert f"{full - GPUS_PER_NODE}/{full}" in page and "shrunk" in page
     assert Attempt.objects.filter(run=run, gpus=full - GPUS_PER_NODE).count() == 1
