@@ -79,7 +79,8 @@ def _requeue_job(execution, step, spec) -> dict:
 
 def _requeue(execution, step, *, onto: list[str], nodes: int | None = None, grow: bool = False) -> dict:
     """Requeue the run's job off the bad node (onto `onto`, on `nodes` nodes), once, and write back the attempt it
-    ended: a fault's (the bad node's), or a planned stop when it grows back onto a spare."""
+    ended: a fault's (the bad node's), or a planned stop when it grows back onto a spare (which may be the bad node
+    itself, repaired and through the gate)."""
     job, adapter = job_id_of(execution), adapter_for(cluster_of(execution))
     seen = step.output.get("seen_restart_count")
     if seen is None:
@@ -96,9 +97,8 @@ def _requeue(execution, step, *, onto: list[str], nodes: int | None = None, grow
             "requeued_at": format_time(timezone.now(), "microseconds"),  # at the latest: the call comes next
         }
         StepExecution.objects.filter(pk=step.pk).update(output=step.output)
-    outcome = adapter.requeue_job(
-        job, seen_restart_count=seen, exclude=[execution.node.hostname], onto=onto, nodes=nodes
-    )
+    exclude = [name for name in [execution.node.hostname] if name not in onto]
+    outcome = adapter.requeue_job(job, seen_restart_count=seen, exclude=exclude, onto=onto, nodes=nodes)
     if step.output.get("ends_attempt") is not None:
         ended = parse_time(step.output["requeued_at"])
         (_attempt_grown if grow else _attempt_ended)(execution, job, step.output["ends_attempt"], ended)
@@ -241,9 +241,11 @@ def _wait_job_running(execution, step, spec) -> dict:
         return {"summary": "nothing to wait for: " + ("the job kept its size" if full == 0 else "the job is held")}
     deadline = time.monotonic() + 20
     adapter = adapter_for(cluster_of(execution))
+    bad = execution.node.hostname
+    allowed = {_grown_onto(execution)} if full else set()  # grown back onto the bad node itself, repaired
     while True:
         status = adapter.job_status(job)
-        running = status.state.upper() == "RUNNING" and execution.node.hostname not in status.nodes
+        running = status.state.upper() == "RUNNING" and (bad not in status.nodes or bad in allowed)
         if running and (full is None or len(status.nodes) >= full):
             break
         if time.monotonic() > deadline:

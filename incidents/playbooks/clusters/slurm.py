@@ -276,7 +276,9 @@ class SlurmAdapter(ClusterAdapter):
     def _requeue(self, job: JobStatus, *, exclude: list[str], onto: list[str], nodes: int | None = None) -> str:
         for name in onto:
             self.ensure_in_pool(name, "main")
-        excluded = [*expand_hostlist(self._job(job.job_id).get("excluded_nodes") or ""), *exclude]
+        # The nodes it was kept off before stay excluded, but for one it is now sent onto (a repaired node back).
+        previous = expand_hostlist(self._job(job.job_id).get("excluded_nodes") or "")
+        excluded = [name for name in dict.fromkeys([*previous, *exclude]) if name not in onto]
         if job.state != "pending":
             try:
                 self._run(["scontrol", "requeue", job.job_id])
@@ -287,7 +289,7 @@ class SlurmAdapter(ClusterAdapter):
         # A requeued job waits a few seconds (COMPLETING, then PENDING for its BeginTime): time to place it. Its new
         # node count is set there too: the batch script starts again with SLURM_JOB_NUM_NODES saying it.
         if exclude or onto or nodes is not None:
-            self._run(self._placement_args(job.job_id, excluded, onto, nodes))
+            self._run(self._placement_args(job.job_id, excluded, onto, nodes, clear=bool(previous) and not excluded))
         where = "".join(
             [
                 f", not on {','.join(exclude)}" if exclude else "",
@@ -377,11 +379,13 @@ class SlurmAdapter(ClusterAdapter):
         return ["scontrol", "update", f"nodename={name}", "state=resume"]
 
     @staticmethod
-    def _placement_args(job_id: str, exclude: list[str], onto: list[str], nodes: int | None = None) -> list[str]:
+    def _placement_args(
+        job_id: str, exclude: list[str], onto: list[str], nodes: int | None = None, *, clear: bool = False
+    ) -> list[str]:
         args = ["scontrol", "update", f"jobid={job_id}"]
         if nodes is not None:
             args.append(f"numnodes={nodes}")
-        if exclude:
+        if exclude or clear:  # `excnodelist=` (empty) lifts an earlier exclusion
             args.append(f"excnodelist={','.join(dict.fromkeys(exclude))}")
         if onto:
             args.append(f"reqnodelist={','.join(onto)}")

@@ -122,6 +122,19 @@ def test_with_no_spare_the_run_goes_on_shrunk_and_grows_back_when_one_passes_the
     assert report.total.shrunk_s == pytest.approx(kept * 8 / FULL, abs=1e-6) and report.total.shrunk_s > 0
 
 
+def test_the_drained_node_itself_back_through_the_gate_is_the_spare_it_grows_onto(post, incident, run_tasks):
+    execution = start(run_tasks, incident)
+    trainer(post, "a2", restored=100)
+    spare_back("n2")  # repaired and returned: the only spare
+    with run_tasks():
+        playbook_advance(execution_id=execution.pk)
+    execution.refresh_from_db()
+    assert execution.status == "succeeded", execution.error
+    run = Run.objects.get(name="r4")
+    assert sorted(run.attempts.last().nodes.values_list("hostname", flat=True)) == NODES
+    assert [a.gpus for a in run.attempts.order_by("number")] == [FULL, FULL - 8, FULL]
+
+
 def test_a_free_spare_makes_it_a_replacement(post, incident, run_tasks):
     spare_back()
     execution = start(run_tasks, incident)
