@@ -95,8 +95,8 @@ def told_at_restart(log: Path, restart: int) -> tuple[int, list[str]]:
     how="real Slurm 22.05 on loopback: an Xid 79 storm, shrink-and-continue started from the incident page, the "
     "drained node returned to the spare pool later",
     outcome="the job goes on with 3 of its 4 nodes (Slurm tells it SLURM_JOB_NUM_NODES=3) and grows back to 4 onto "
-    "the returned node; the record keeps the run's 32 GPUs and the shrunk attempt's 24; the goodput charges a quarter of "
-    "the shrunk stretch to 'shrunk'",
+    "the returned node; the record keeps the run's 32 GPUs and the shrunk attempt's 24; the goodput charges a "
+    "quarter of the shrunk stretch to 'shrunk'",
 )
 def test_a_job_with_no_spare_goes_on_with_its_other_nodes_and_grows_back_on_slurm(
     writer, oncall, slurm, slurm_cluster, world, settings, django_capture_on_commit_callbacks
