@@ -69,8 +69,9 @@ def slurm_cluster():
         shutil.rmtree(root, ignore_errors=True)
 
 
-def start_training_job(slurm_cluster: SlurmCluster, slurm):
-    """A requeueable two-node job in the main partition, once it runs: (job id, its JobStatus)."""
+def start_training_job(slurm_cluster: SlurmCluster, slurm, *, nodes: int = 2, script: str = "sleep 300"):
+    """A requeueable job on `nodes` nodes of the main partition running `script`, once it runs: (job id, its
+    JobStatus)."""
     job_id = (
         slurm_cluster.run(
             "sbatch",
@@ -78,9 +79,9 @@ def start_training_job(slurm_cluster: SlurmCluster, slurm):
             "--output=/dev/null",
             "--chdir=/tmp",
             "--partition=gpu",
-            "--nodes=2",
+            f"--nodes={nodes}",
             "--requeue",
-            "--wrap=sleep 300",
+            f"--wrap={script}",
         )
         .strip()
         .split(";")[0]

@@ -7,6 +7,7 @@ shrunk attempt its own, and the goodput charges the missing node's share of the 
 """
 
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from incidents.playbooks.engine import playbook_advance
 from runs import selectors
 from runs.models import Attempt, Cluster, Run
 from tests.services import wait_for
+from tests.slurm import start_training_job
 from tests.stories import event
 
 BATCH = "application/cloudevents-batch+json"
@@ -48,21 +50,7 @@ def world(slurm_cluster, slurm):
         f'echo "${{SLURM_RESTART_COUNT:-0}} $SLURM_JOB_NUM_NODES '
         f'$(scontrol show hostnames $SLURM_JOB_NODELIST | paste -sd, -)" >> {log}; sleep 600'
     )
-    job_id = (
-        slurm_cluster.run(
-            "sbatch",
-            "--parsable",
-            "--output=/dev/null",
-            "--chdir=/tmp",
-            "--partition=gpu",
-            f"--nodes={len(MAIN)}",
-            "--requeue",
-            f"--wrap={script}",
-        )  # fmt: skip
-        .strip()
-        .split(";")[0]
-    )
-    wait_for(lambda: slurm.job_status(job_id).state == "running", timeout=15, what="job running")
+    job_id, _job = start_training_job(slurm_cluster, slurm, nodes=len(MAIN), script=script)
     try:
         yield job_id, log
     finally:
@@ -74,6 +62,7 @@ def world(slurm_cluster, slurm):
             slurm.ensure_resumed(name)
         for name in MAIN + SPARES:
             wait_for(lambda n=name: slurm.node_status(n).raw_state == "IDLE", timeout=30, what=f"{name} idle")
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def starts(log: Path) -> list[tuple[int, int, list[str]]]:
