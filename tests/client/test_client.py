@@ -26,9 +26,11 @@ class Transport:
         self.batches: list[list[dict]] = []
         self.down = False
         self.hang = threading.Event()
+        self.posting = threading.Event()  # set once a post has begun (a hung one is stuck in it)
         self.seen: set[tuple[str, str]] = set()
 
     def post(self, events):
+        self.posting.set()
         while self.hang.is_set():
             time.sleep(0.01)
         if self.down:
@@ -148,7 +150,8 @@ def test_a_hung_api_never_holds_the_training_loop_up_and_samples_drop_oldest_fir
     transport = Transport()
     transport.hang.set()
     client = Client(config(tmp_path, samples_max=100, sample_every_s=0.0), transport=transport)
-    time.sleep(0.2)  # the sender thread is stuck in a post
+    client.restored(0)  # something to send: the sender thread takes it and gets stuck in the post
+    assert transport.posting.wait(5)  # stuck before the first sample, so none leaves the queue: exactly 900 drop
     start = time.perf_counter()
     for step in range(1, 1001):
         client.step(step, seconds=0.1)

@@ -522,9 +522,9 @@ def label_seconds(events: list[dict], *, now: datetime) -> tuple[datetime | None
     return _datetime(span_start), labels
 
 
-def shrunk_shares(events: list[dict], *, now: datetime) -> list[Fraction]:
-    """Per whole second of the span (as label_seconds gives it): the share of the run's GPUs that the attempt
-    running then lacked; 0 outside any attempt.
+def shrunk_shares(events: list[dict], *, now: datetime) -> tuple[list[int], int]:
+    """Per whole second of the span (as label_seconds gives it): how many of the run's GPUs the attempt running then
+    lacked (0 outside any attempt), and the run's GPUs: the share is the one over the other.
 
     - "The run's GPUs are the most any run.started claimed".
     - "An attempt runs from its run.started until the next run.failed, run.completed, run.cancelled or run.started",
@@ -534,7 +534,7 @@ def shrunk_shares(events: list[dict], *, now: datetime) -> list[Fraction]:
     lifecycle = sorted((e for e in _unique_relevant_events(events) if e.type in LIFECYCLE_TYPES), key=_lifecycle_order)
     starts = [e for e in lifecycle if e.type == "run.started"]
     if not starts:
-        return []
+        return [], 0
     span_start, span_end = starts[0].time, _span_end(lifecycle, now_s)
     size = max(int(e.data.get("gpus") or 0) for e in starts)
     stretches: list[tuple[int, int, int]] = []  # start, end, gpus
@@ -548,12 +548,12 @@ def shrunk_shares(events: list[dict], *, now: datetime) -> list[Fraction]:
             open_at = (event.time, int(event.data.get("gpus") or 0))
     if open_at is not None:
         stretches.append((open_at[0], span_end, open_at[1]))
-    shares = [Fraction(0)] * (span_end - span_start)
+    lacked = [0] * (span_end - span_start)
     for start, end, gpus in stretches:
         if size > 0 and gpus < size:
             for second in range(max(start, span_start), min(end, span_end)):
-                shares[second - span_start] = Fraction(size - gpus, size)
-    return shares
+                lacked[second - span_start] = size - gpus
+    return lacked, size
 
 
 def totals(
@@ -562,7 +562,7 @@ def totals(
     *,
     since: datetime | None = None,
     until: datetime | None = None,
-    shares: list[Fraction] | None = None,
+    shares: tuple[list[int], int] | None = None,
 ) -> dict[str, float]:
     """Seconds per label (all seven, zeros included), "shrunk" and "wall_clock" for the seconds inside [since, until).
 
@@ -571,10 +571,11 @@ def totals(
     the run's GPUs its attempt lacked is shrunk, the rest productive".
     """
     counts = dict.fromkeys(LABELS, 0)
-    counts[SHARED] = Fraction(0)
     counts["wall_clock"] = 0
+    lacked, size = shares or ([], 0)
+    missing = 0  # GPU-seconds the attempts lacked, over productive seconds: over `size`, the shrunk seconds
     if start is None:
-        return counts
+        return {**counts, SHARED: 0.0}
     first = _seconds(start, "start")
     low = _seconds(since, "since") if since is not None else None
     high = _seconds(until, "until") if until is not None else None
@@ -585,7 +586,9 @@ def totals(
         if high is not None and second >= high:
             continue
         counts["wall_clock"] += 1
-        share = shares[offset] if shares and label == "productive" else 0
-        counts[label] += 1 - share
-        counts[SHARED] += share
-    return {label: float(count) for label, count in counts.items()}
+        counts[label] += 1
+        if lacked and label == "productive":
+            missing += lacked[offset]
+    shrunk = Fraction(missing, size) if size else Fraction(0)
+    counts["productive"] = counts["productive"] - shrunk
+    return {**{label: float(count) for label, count in counts.items()}, SHARED: float(shrunk)}
