@@ -353,7 +353,8 @@ def simulate_timeline(config: SimulationConfig) -> RunTimeline:
     """The run as the goodput engine should see it from a complete record of its stream: each stop's fault, detection,
     restart and resume, and each write the record counts. What happens after the end is not in the stream, so a
     restart or resume after it is unknown (None), as it is in the record."""
-    run = _Simulation(config, steps=False)  # a step event a minute is most of a stream, and no part of the timeline
+    # A step event a minute is most of a stream, and no part of the timeline; no event at all is made, only the truth.
+    run = _Simulation(config, steps=False, emit=False)
     for _event in run.events():
         pass
     end = config.duration_s
@@ -469,9 +470,10 @@ class _Simulation:
     Every push is at or after the time the simulation has reached, so everything up to that time can leave.
     """
 
-    def __init__(self, config: SimulationConfig, *, steps: bool = True):
+    def __init__(self, config: SimulationConfig, *, steps: bool = True, emit: bool = True):
         self.c = config
         self.steps = steps
+        self.emit = emit  # False: only the truth (stops, writes) is kept, no event is made (simulate_timeline)
         self.rng = _Streams(config.seed)
         self.hazard = fault_hazard_per_s(config)
         self.trained = 0.0  # seconds of training so far, checkpoint writes included: the faults' clock
@@ -842,6 +844,8 @@ class _Simulation:
     # -- output
 
     def _push(self, at: float, type_: str, **data) -> None:
+        if not self.emit:
+            return
         heapq.heappush(self.heap, (at, self.pushed, type_, data))
         self.pushed += 1
 
