@@ -132,8 +132,6 @@ class ShrinkPrice:
     the drained node, or another, passes the gate again), the restart the run's own median (or the default)."""
 
     price: advisor.ShrinkOrWait
-    nodes: int
-    lost: int
     wait_s: float
     restart_s: float
     wait_measured: bool
@@ -146,4 +144,4 @@ def shrink_price_get(*, run: Run, cluster: Cluster, nodes: int, lost: int, now: 
     measured = selectors.run_restart_s_get(run=run)
     restart_s = measured if measured is not None else settings.RESTART_S_DEFAULT
     price = advisor.shrink_or_wait(nodes=nodes, lost=lost, wait_s=wait_s, restart_s=restart_s)
-    return ShrinkPrice(price, nodes, lost, wait_s, restart_s, bool(pool and pool.repair_measured), measured is not None)
+    return ShrinkPrice(price, wait_s, restart_s, bool(pool and pool.repair_measured), measured is not None)

@@ -174,6 +174,9 @@ def _attempt_grown(execution, job: str, number: int, requeued_at) -> None:
 
 
 def _choice(execution) -> dict:
+    """What shrink-and-continue's choose step decided; {} in a playbook that chooses nothing (no query then)."""
+    if not any(spec["operation"] == "choose_shrink" for spec in execution.definition["steps"]):
+        return {}
     return execution.steps.get(name="shrink or wait").output
 
 
@@ -236,8 +239,9 @@ def _shrink_job(execution, step, spec) -> dict:
 
 def _wait_job_running(execution, step, spec) -> dict:
     job = job_id_of(execution)
+    decision = _choice(execution).get("decision")
     full = _full_size(execution) if spec.get("full") else None
-    if full == 0 or (not spec.get("full") and _held(execution)):
+    if full == 0 or (full is None and decision == "wait"):
         return {"summary": "nothing to wait for: " + ("the job kept its size" if full == 0 else "the job is held")}
     deadline = time.monotonic() + 20
     adapter = adapter_for(cluster_of(execution))
@@ -272,14 +276,9 @@ def _wait_job_running(execution, step, spec) -> dict:
     }
 
 
-def _held(execution) -> bool:
-    step = execution.steps.filter(name="shrink or wait").first()
-    return step is not None and step.output.get("decision") == "wait"
-
-
-def _full_size(execution) -> int:
+def _full_size(execution, choice: dict | None = None) -> int:
     """The node count the job grows back to; 0 when it never changed size (a spare replaced the node)."""
-    choice = _choice(execution)
+    choice = choice if choice is not None else _choice(execution)
     return 0 if choice["decision"] == "replace" else choice["nodes"]
 
 
@@ -301,10 +300,12 @@ def _grown_onto(execution) -> str:
 
 
 def _grow_job(execution, step, spec) -> dict:
-    full = _full_size(execution)
+    choice = _choice(execution)
+    full = _full_size(execution, choice)
     if full == 0:
         return {"summary": "nothing to grow back: a spare replaced the node"}
-    return _requeue(execution, step, onto=[_grown_onto(execution)], nodes=full, grow=not _held(execution))
+    # A held job never shrank: the attempt growing back ends is the bad node's, a fault's, not a planned stop.
+    return _requeue(execution, step, onto=[_grown_onto(execution)], nodes=full, grow=choice["decision"] != "wait")
 
 
 def _send_to_repair(execution, step, spec) -> dict:

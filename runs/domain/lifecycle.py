@@ -70,7 +70,7 @@ class Lifecycle:
     ended_at: datetime | None
     attempts: list[Attempt] = field(default_factory=list)
     interruptions: list[Interruption] = field(default_factory=list)
-    settings: dict = field(default_factory=dict)  # cluster, gpus, model_params, checkpoint_interval_s
+    settings: dict = field(default_factory=dict)  # cluster, model_params, checkpoint_interval_s (GPUs: each attempt's)
     # Events the rules counted nothing for, each with why (docs/DOMAIN.md section 2): failure_before_start,
     # attempt_superseded, restore_unmatched, restore_repeated. runs.domain.quality says them as findings.
     odd: list[tuple[str, LifecycleEvent]] = field(default_factory=list)
@@ -100,7 +100,7 @@ def derive(events: list[LifecycleEvent]) -> Lifecycle:
             if waiting is not None:
                 waiting.running_at = at
                 waiting.restart_attempt_number = open_attempt.number
-            for key in ("cluster", "gpus", "model_params", "checkpoint_interval_s"):
+            for key in ("cluster", "model_params", "checkpoint_interval_s"):
                 if data.get(key) is not None:
                     settings[key] = data[key]
             final = None
