@@ -687,6 +687,7 @@ class RunCheckpointIO:
     since: datetime | None
     until: datetime | None
     as_of: datetime
+    target: float
 
 
 def run_checkpoint_io_get(
@@ -716,6 +717,7 @@ def run_checkpoint_io_get(
     if not run.gpu_count:
         missing.append("ranks")
     others = _cluster_storage_load_gb_s(run=run, now=now)
+    target = target or settings.CHECKPOINT_TARGET_OVERHEAD
     pricing, today, warnings = None, None, record.warnings
     if not missing:
         nodes = Attempt.sizing_node_count(run)
@@ -727,14 +729,14 @@ def run_checkpoint_io_get(
             hops=checkpoint_io.Hops(**hops, sources={hop: sources[hop] for hop in _HOPS}),
             mtbf_s=inputs.mtbf_s,
             restart_s=restart_s,
-            target=target or settings.CHECKPOINT_TARGET_OVERHEAD,
+            target=target,
         )
         today = checkpoint_io.today(record, mtbf_s=inputs.mtbf_s, restart_s=restart_s)
         warnings += checkpoint_io.storage_notes(pricing, others_gb_s=others)
     times = [write.at for write in record.writes]
     return RunCheckpointIO(
         record, pricing, today, warnings, sources, missing, others, min(times, default=None),
-        max(times, default=None), now,
+        max(times, default=None), now, target,
     )  # fmt: skip
 
 

@@ -157,7 +157,7 @@ def measure(rows: Iterable[WriteRow], *, ranks: int, interval_s: float | None = 
     last_durable = max(durable, key=lambda w: w.at).step if durable else None
 
     findings = []
-    if ranks <= 0:
+    if ranks <= 0 and writes:
         findings.append(Note("ranks_unknown", "The run's world size is unknown: no figure per rank."))
     if no_bytes:
         findings.append(_note("bytes_missing", no_bytes, "said no size (bytes missing or 0): left out of the bytes "

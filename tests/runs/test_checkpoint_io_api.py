@@ -103,3 +103,24 @@ def test_its_goodput_rewinds_to_the_last_write_durable_by_the_fault(io_run):
     assert [c.durable_at for c in timeline.checkpoints] == [at(s, 5) + timedelta(seconds=DRAIN_S) for s in (10, 20, 30)]
     report = selectors.run_goodput_get(run=io_run, since=None, until=None, now=at(40))
     assert report.total.stages_s["rewound"] == pytest.approx(1495.0)
+
+
+def test_writes_that_say_no_size_are_named_and_the_designs_not_priced(oncall, post, reader):
+    e = [event("run.started", at(0), "s", run="nobytes", cluster="c-io", gpus=8, nodes=["nb-n1"], job_id="1")]
+    for step in (1, 2):
+        e += [
+            event("checkpoint.started", at(10 * step), f"c{step}", run="nobytes", step=step),
+            event(
+                "checkpoint.completed", at(10 * step, 3), f"c{step}-done", run="nobytes", step=step, blocking_s=3.0,
+                bytes=0, tier="durable",
+            ),
+        ]  # fmt: skip
+    post(e)
+    page = oncall.get("/runs/nobytes").content.decode()
+    assert 'id="checkpoint-io-finding-bytes_missing"' in page
+    assert "2 writes said no size (bytes missing or 0)" in page
+    assert 'id="checkpoint-io-missing"' in page and "state_bytes" in page
+    body = reader.get("/api/v1/runs/nobytes/checkpoint-io").json()
+    assert body["designs"] is None and "state_bytes" in body["missing"]
+    assert [note["code"] for note in body["data_quality"]] == ["bytes_missing"]
+    assert body["record"]["blocking_s"] == 3.0 and body["record"]["bytes_per_rank"] is None
