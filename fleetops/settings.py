@@ -402,6 +402,16 @@ GPU_HOUR_COST_USD = env.float("GPU_HOUR_COST_USD", default=2.5)
 # from the run's own record. Each can be overridden per request.
 LEVER_DETECTION_TARGET_S = env.float("LEVER_DETECTION_TARGET_S", default=60.0)
 LEVER_ASYNC_BLOCKING_S = env.float("LEVER_ASYNC_BLOCKING_S", default=20.0)
+# Checkpoint I/O (runs/domain/checkpoint_io.py): each hop's bandwidth in GB/s (10^9 bytes a second) for a cluster
+# that does not say its own (admin: Clusters), each default's source in docs/DOMAIN.md section 3, "Checkpoint I/O":
+# a GPU's PCIe Gen5 x16 link to pinned host memory; a node's local NVMe (one drive); the shared file system's
+# aggregate (Llama 3's Tectonic, sustained); a node's network to a peer (8 x 400 Gb/s). The target: the share of a
+# run's time its checkpoint writes may cost.
+CHECKPOINT_GPU_HOST_GB_S = env.float("CHECKPOINT_GPU_HOST_GB_S", default=50.0)
+CHECKPOINT_NVME_GB_S = env.float("CHECKPOINT_NVME_GB_S", default=6.5)
+CHECKPOINT_STORAGE_GB_S = env.float("CHECKPOINT_STORAGE_GB_S", default=2000.0)
+CHECKPOINT_PEER_GB_S = env.float("CHECKPOINT_PEER_GB_S", default=400.0)
+CHECKPOINT_TARGET_OVERHEAD = env.float("CHECKPOINT_TARGET_OVERHEAD", default=0.01)
 
 # /metrics (fleetops/console/metrics.py): the whole answer is kept this long, a scrape inside it costs nothing; the
 # 24 h goodput of every run, the one costly figure, is kept longer. Events are counted up to those received

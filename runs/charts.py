@@ -5,9 +5,10 @@ Durations on axes are hours or minutes, as each axis title says. Numbers read as
 (fleet_tags.number): thousands separators, trailing zeros dropped (d3-format ",.1~f" in hover labels).
 """
 
+import math
 from datetime import date, datetime
 
-from runs.domain import advisor, goodput
+from runs.domain import advisor, checkpoint_io, goodput
 from runs.domain.taxonomy import cause_label
 
 COLORS = {
@@ -271,5 +272,119 @@ def lost_by_cause(lost: dict[str, float]) -> dict:
             height=max(200, 28 * len(ranked) + 60),
             margin={"l": 200, "r": 20, "t": 10, "b": 40},
             xaxis={"title": {"text": "GPU-hours lost"}},
+        ),
+    }
+
+
+def checkpoint_writes(record: checkpoint_io.RecordIO) -> dict:
+    """Each completed write's blocking and its drain to durable storage (seconds, log axis) at its completion time
+    (UTC), with the run's checkpoint interval as a line: a drain above the line took longer than the interval."""
+    writes = record.writes
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "name": "blocking",
+            "x": [w.at.isoformat() for w in writes],
+            # A write that blocked for nothing has no point on a log axis: a gap, not a zero.
+            "y": [w.blocking_s or None for w in writes],
+            "customdata": [w.step for w in writes],
+            "line": {"color": COLORS["checkpoint"]},
+            "hovertemplate": "step %{customdata:,}: blocked %{y:,.3~f} s<extra></extra>",
+        },
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": "drain to durable",
+            "x": [w.at.isoformat() for w in writes],
+            "y": [w.drain_s or None for w in writes],
+            "customdata": [w.step for w in writes],
+            "marker": {"color": COLORS["rescheduling"], "symbol": "triangle-up"},
+            "hovertemplate": "step %{customdata:,}: durable %{y:,.1~f} s after completion<extra></extra>",
+        },
+    ]
+    shapes, annotations = [], []
+    if record.interval_s:
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": record.interval_s,
+                "y1": record.interval_s,
+                "line": {"dash": "dot", "color": COLORS["detection"]},
+            }
+        )
+        annotations.append(
+            {"xref": "paper", "x": 1, "y": math.log10(record.interval_s), "text": "interval", "showarrow": False,
+             "yanchor": "bottom", "xanchor": "right"}
+        )  # fmt: skip
+    return {
+        "data": data,
+        "layout": _layout(
+            height=300,
+            xaxis={"type": "date", "title": {"text": "completed (UTC)"}},
+            yaxis={"type": "log", "title": {"text": "seconds"}},
+            shapes=shapes,
+            annotations=annotations,
+            showlegend=True,
+        ),
+    }
+
+
+def checkpoint_front(pricing: checkpoint_io.Pricing, today: tuple[float, float, float] | None) -> dict:
+    """The Pareto front of interval against expected waste (advisor.pareto_front over the designs' write costs):
+    each design at its interval, the front through the non-dominated ones, and where the run sits today."""
+    front = sorted(pricing.front, key=lambda p: p.interval_s)
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "Pareto front",
+            "x": [p.interval_s / 60 for p in front],
+            "y": [p.waste * 100 for p in front],
+            "line": {"color": "#6b7785", "dash": "dot"},
+            "hoverinfo": "skip",
+        }
+    ]
+    symbols = {"sync": "square", "async": "diamond", "local": "triangle-up", "peer": "circle"}
+    for design in pricing.designs:
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": design.label,
+                "x": [design.interval_s / 60],
+                "y": [design.waste * 100],
+                "customdata": [design.blocking_s],
+                "marker": {"size": 11, "symbol": symbols[design.name]},
+                "hovertemplate": f"{design.label}: blocks %{{customdata:,.3~f}} s, every %{{x:,.1~f}} min, "
+                "waste %{y:,.2~f}%<extra></extra>",
+            }
+        )
+    if today is not None:
+        interval, blocking, waste = today
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "this run today",
+                "x": [interval / 60],
+                "y": [waste * 100],
+                "customdata": [blocking],
+                "marker": {"size": 12, "symbol": "x", "color": COLORS["detection"]},
+                "hovertemplate": "today: blocks %{customdata:,.3~f} s, every %{x:,.1~f} min, waste %{y:,.2~f}%"
+                "<extra></extra>",
+            }
+        )
+    return {
+        "data": data,
+        # Six legend entries take rows above a phone's plot: a short axis title keeps inside what is left of it.
+        "layout": _layout(
+            height=360,
+            xaxis={"type": "log", "title": {"text": "interval (minutes)"}},
+            yaxis={"title": {"text": "waste (%)"}, "rangemode": "tozero"},
+            showlegend=True,
         ),
     }

@@ -35,6 +35,24 @@ class Cluster(models.Model):
         "pages a human instead of draining one more. Blank: PLAYBOOK_MAX_OUT_SHARE. A small cluster needs more than "
         "a large one: at 5 %, a 40-node cluster may have two nodes out.",
     )
+    # Checkpoint I/O (docs/DOMAIN.md section 3, "Checkpoint I/O"): each hop's bandwidth, GB/s; blank: the setting's.
+    gpu_host_gb_s = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.001)],
+        help_text="GB/s from one GPU to pinned host memory (its PCIe link). Blank: CHECKPOINT_GPU_HOST_GB_S.",
+    )  # fmt: skip
+    nvme_gb_s = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.001)],
+        help_text="GB/s from a node's host memory to its local NVMe drives, together. Blank: CHECKPOINT_NVME_GB_S.",
+    )  # fmt: skip
+    storage_gb_s = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.001)],
+        help_text="GB/s the shared file system takes from all its writers together (aggregate). Blank: "
+        "CHECKPOINT_STORAGE_GB_S.",
+    )  # fmt: skip
+    peer_gb_s = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.001)],
+        help_text="GB/s from a node's host memory to another node's over the network. Blank: CHECKPOINT_PEER_GB_S.",
+    )  # fmt: skip
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

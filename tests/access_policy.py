@@ -188,6 +188,7 @@ TABLE = [
     Row("GET", "run-goodput", API_READ, RUN),
     Row("GET", "run-advice", API_READ, RUN),
     Row("GET", "run-levers-api", API_READ, RUN),
+    Row("GET", "run-checkpoint-io", API_READ, RUN),
     Row("GET", "fleet-goodput", API_READ),
     Row("GET", "advisor", API_READ, query="delta_s=60&mtbf_s=36000&restart_s=300"),
     Row("GET", "node-list", API_READ),

@@ -27,7 +27,8 @@ BASE = (timezone.now() - timedelta(days=2)).replace(minute=0, second=0, microsec
 PAGE_CAPS = {  # every page 3 for the nav's count of what needs a person, 1 for the person's time zone
     "overview": 37,  # 35: the spare pools 6 of them, however many clusters; the board's first rows 4; shrunk attempts 2
     "fleet": 12,  # 11: the runs' shrunk attempts 1
-    "run": 29,  # 26, 28 on PostgreSQL (6 of them its data-quality findings; its shrunk attempts 1)
+    "run": 32,  # 29, 31 on PostgreSQL (6 of them its data-quality findings; its shrunk attempts 1; its checkpoint
+    # I/O 3: its writes, its nodes, the cluster's storage load)
     "node": 15,  # 13, 14 on PostgreSQL
     "board": 15,  # 14: the page's rows; the counts of all pages; the runs' shrunk attempts 1
     "incident": 25,  # 24: alerts in 3 (counts, hosts, each kind's newest), the timeline in 2 (ids, entries shown)
@@ -52,6 +53,8 @@ API_CAPS = {
     "run-advice": 12,  # 10, 11 on PostgreSQL: the record version and its two-tier measure (its interruptions,
     # checkpoints and shrunk attempts)
     "fleet-goodput": 6,  # 5
+    "run-checkpoint-io": 12,  # 10, 11 on PostgreSQL: the run and its cluster, the record version, its writes, its
+    # nodes (GPUs a node), the cluster's storage load, and the advice inputs' M and R
 }
 
 
@@ -207,6 +210,7 @@ def _api(built) -> dict[str, str]:
         "run-goodput": "/api/v1/runs/r0/goodput",
         "run-advice": "/api/v1/runs/r0/advice",
         "fleet-goodput": "/api/v1/fleet/goodput",
+        "run-checkpoint-io": "/api/v1/runs/r0/checkpoint-io",
     }
 
 

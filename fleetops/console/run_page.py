@@ -39,6 +39,7 @@ def run_detail(request, name):
         "quality": selectors.run_quality_get(run=run, version=version),
     }
     context.update(_advisor_context(run, now, form=None, version=version, tiers=context.get("tier_measure")))
+    context.update(_checkpoint_io_context(run, now, inputs=context["inputs"], version=version))
     return render(request, "runs/run_detail.html", context)
 
 
@@ -148,6 +149,18 @@ def _advisor_context(run: Run, now, *, form: WhatIfForm | None, version: str | N
         )
         if advice and advice.in_range
         else None,
+    }
+
+
+def _checkpoint_io_context(run: Run, now, *, inputs, version: str | None) -> dict:
+    """The run's writes measured and the write designs priced (selectors.run_checkpoint_io_get), with their charts."""
+    found = selectors.run_checkpoint_io_get(run=run, now=now, inputs=inputs, version=version)
+    writes = charts.checkpoint_writes(found.record) if found.record.writes else None
+    front = charts.checkpoint_front(found.pricing, found.today) if found.pricing else None
+    return {
+        "checkpoint_io": found,
+        "checkpoint_io_figure": writes and json_script(writes, "checkpoint-io-figure"),
+        "checkpoint_front_figure": front and json_script(front, "checkpoint-front-figure"),
     }
 
 

@@ -97,6 +97,10 @@ def report_csv_rows(data: dict) -> list[tuple[str, str, str, object]]:
         for lever in [*row["levers"], *([row["together"]] if row["together"] else [])]:
             for key in ("target_s", "goodput", "returned_gpu_h", "returned_usd"):
                 rows.append(("levers", f"{row['run']}:{lever['lever']}", key, lever[key]))
+    for row in data.get("checkpoint_io", []):  # reports made before checkpoint I/O have none
+        for key in ("bytes_per_rank", "blocking_s", "bandwidth_gb_s", "drain_s", "interval_s", "failed", "lost",
+                    "never_durable", "overhead", "shortfall"):  # fmt: skip
+            rows.append(("checkpoint_io", row["run"], key, row[key]))
     for key, value in data["spares"].items():
         rows.append(("spares", "pool", key, value))
     for item in data["action_items"] or []:

@@ -18,7 +18,14 @@ from incidents.playbooks.spares import fleet_spares, spare_pools_get
 from incidents.selectors import response_metrics_get
 from runs.domain import advisor, goodput
 from runs.models import Interruption
-from runs.selectors import findings_in, fleet_goodput_get, run_advice_inputs_get, run_levers_get, run_quality_get
+from runs.selectors import (
+    findings_in,
+    fleet_goodput_get,
+    run_advice_inputs_get,
+    run_checkpoint_io_get,
+    run_levers_get,
+    run_quality_get,
+)
 
 FINDING_KINDS = ("lemon", "straggler", "sdc")
 
@@ -85,6 +92,8 @@ def report_build(*, since: datetime, until: datetime, now: datetime) -> dict:
         "runs": [_run_row(run, b, now=now, since=since, until=until) for run, b in fleet.by_run],
         # What each fix would give back to each run, over its whole record up to `now` (as on its page).
         "levers": [row for run, _b in fleet.by_run if (row := _run_levers(run, now=now)) is not None],
+        # What each run's checkpoint writes look like and the design that meets the target (as on its page).
+        "checkpoint_io": [_run_checkpoint_io(run, now=now) for run, _b in fleet.by_run],
         # The overview's per-cluster pools over the report's week, added up (one source: incidents.playbooks.spares).
         "spares": fleet_spares(spare_pools_get(now=until, window_days=(until - since).total_seconds() / 86400)),
         "action_items": _open_action_items(),
@@ -192,6 +201,38 @@ def _run_levers(run, *, now: datetime) -> dict | None:
         "levers": [figures(lever) for lever in report.levers],
         "together": figures(report.together) if report.together else None,
         "floor": report.floor,
+    }
+
+
+def _run_checkpoint_io(run, *, now: datetime) -> dict:
+    """The run's checkpoint I/O (runs.selectors.run_checkpoint_io_get, the run page's and the API's source) over its
+    whole record up to `now`: its writes' medians and counts, what it warns of, and the design that meets the target
+    or the best one's shortfall and limiting hop."""
+    found = run_checkpoint_io_get(run=run, now=now)
+    record, pricing = found.record, found.pricing
+    design = pricing and (pricing.chosen or pricing.best)
+    return {
+        "run": run.name,
+        "since": found.since and found.since.isoformat(),
+        "until": found.until and found.until.isoformat(),
+        "completed": record.completed,
+        "failed": record.failed,
+        "lost": record.lost,
+        "never_durable": record.never_durable,
+        "bytes_per_rank": record.bytes_per_rank,
+        "blocking_s": record.blocking_s,
+        "bandwidth_gb_s": record.bandwidth_gb_s,
+        "drain_s": record.drain_s,
+        "interval_s": record.interval_s,
+        "warnings": [note.text for note in found.warnings],
+        "data_quality": [note.text for note in record.findings],
+        "target": pricing and pricing.target,
+        "design": design and design.label,
+        "meets_target": pricing is not None and pricing.chosen is not None,
+        "overhead": design and design.overhead,
+        "shortfall": pricing and pricing.shortfall,
+        "limit": design and design.limit_label,
+        "missing": found.missing,
     }
 
 

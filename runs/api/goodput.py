@@ -13,7 +13,7 @@ from rest_framework.response import Response
 
 from runs import selectors
 from runs.api.windows import WindowQuery, days_before, window_get
-from runs.domain import advisor, goodput, levers
+from runs.domain import advisor, checkpoint_io, goodput, levers
 from runs.models import Run
 
 # Costs and MTBF past about 30 years mean nothing, and huge ones overflow the advisor's arithmetic (a 500).
@@ -271,3 +271,136 @@ def run_levers(request, name):
     if found is None:
         return Response({"run": run.name, "detail": "The run has not started: nothing to weigh.", "levers": []})
     return Response({"run": run.name, "gpus": run.gpu_count, **levers_json(found)})
+
+
+# A hop past a petabyte a second, or a state past an exabyte, is a typing error; beyond them the arithmetic overflows.
+MAX_GB_S = 1e6
+MAX_STATE_BYTES = 1e18
+
+
+class CheckpointIOQuery(serializers.Serializer):
+    state_bytes = serializers.FloatField(
+        min_value=1, max_value=MAX_STATE_BYTES, required=False, help_text="Training state, bytes (all ranks)."
+    )
+    target = serializers.FloatField(
+        min_value=1e-6, max_value=1, required=False, help_text="Share of the run's time the writes may cost."
+    )
+    gpu_host_gb_s = serializers.FloatField(
+        min_value=0.001, max_value=MAX_GB_S, required=False, help_text="GPU to pinned host memory, GB/s per GPU."
+    )
+    nvme_gb_s = serializers.FloatField(
+        min_value=0.001, max_value=MAX_GB_S, required=False, help_text="Host to local NVMe, GB/s per node."
+    )
+    storage_gb_s = serializers.FloatField(
+        min_value=0.001, max_value=MAX_GB_S, required=False, help_text="Shared storage, aggregate GB/s."
+    )
+    peer_gb_s = serializers.FloatField(
+        min_value=0.001, max_value=MAX_GB_S, required=False, help_text="Host to a peer's host memory, GB/s per node."
+    )
+
+
+def _note_json(note: checkpoint_io.Note) -> dict:
+    return {"code": note.code, "text": note.text, "steps": list(note.steps)}
+
+
+def checkpoint_io_json(found: selectors.RunCheckpointIO) -> dict:
+    """The run's checkpoint I/O as the API and the weekly report write it (seconds, bytes, GB/s, shares)."""
+    record, pricing = found.record, found.pricing
+    body = {
+        "since": found.since,
+        "until": found.until,
+        "as_of": found.as_of,
+        "record": {
+            "ranks": record.ranks,
+            "completed": record.completed,
+            "failed": record.failed,
+            "lost": record.lost,
+            "never_durable": record.never_durable,
+            "bytes": record.bytes,
+            "bytes_per_rank": record.bytes_per_rank,
+            "blocking_s": record.blocking_s,
+            "bandwidth_gb_s": record.bandwidth_gb_s,
+            "drain_s": record.drain_s,
+            "drain_max_s": record.drain_max_s,
+            "interval_s": record.interval_s,
+            "interval_source": record.interval_source,
+            "drains_over_interval": list(record.drains_over_interval),
+            "blocking_trend_s": list(record.trend) if record.trend else None,
+            "last_durable_step": record.last_durable_step,
+            "writes": [
+                {
+                    "step": w.step,
+                    "completed_at": w.at,
+                    "tier": w.tier,
+                    "blocking_s": w.blocking_s,
+                    "bytes": w.bytes,
+                    "bytes_per_rank": w.bytes_per_rank,
+                    "bandwidth_gb_s": w.bandwidth_gb_s,
+                    "drain_s": w.drain_s,
+                }
+                for w in record.writes
+            ],
+        },
+        "warnings": [_note_json(note) for note in found.warnings],
+        "data_quality": [_note_json(note) for note in record.findings],
+        "cluster_storage_load_gb_s": found.others_gb_s,
+        "sources": found.sources,
+        "missing": found.missing,
+        "designs": None,
+    }
+    if pricing is None:
+        return body
+    body["designs"] = {
+        "state_bytes": pricing.state_bytes,
+        "ranks": pricing.ranks,
+        "gpus_per_node": pricing.gpus_per_node,
+        "bytes_per_rank": pricing.bytes_per_rank,
+        "hops_gb_s": {hop: value for hop, _label, value, _source in pricing.hops.rows},
+        "mtbf_s": pricing.mtbf_s,
+        "restart_s": pricing.restart_s,
+        "target": pricing.target,
+        "chosen": pricing.chosen.name if pricing.chosen else None,
+        "best": pricing.best.name,
+        "shortfall": pricing.shortfall,
+        "limit": pricing.best.limit,
+        "designs": [
+            {
+                "design": d.name,
+                "label": d.label,
+                "durable": d.durable,
+                "blocking_s": d.blocking_s,
+                "background_s": d.background_s,
+                "interval_s": d.interval_s,
+                "overhead": d.overhead,
+                "waste": d.waste,
+                "storage_gb_s": d.storage_gb_s,
+                "limit": d.limit,
+                "meets_target": d.meets(pricing.target),
+                "target_interval_s": d.target_interval_s,
+                "waste_at_target": d.waste_at_target,
+            }
+            for d in pricing.designs
+        ],
+        "front": [asdict(point) for point in pricing.front],
+        "today": dict(zip(("interval_s", "blocking_s", "waste"), found.today, strict=True)) if found.today else None,
+    }
+    return body
+
+
+@extend_schema(
+    parameters=[CheckpointIOQuery], responses=dict, summary="The run's checkpoint writes, and the write designs priced"
+)
+@api_view(["GET"])
+def run_checkpoint_io(request, name):
+    run = get_object_or_404(Run.objects.select_related("cluster"), name=name)
+    query = _query(CheckpointIOQuery, request)
+    hops = {hop: query.get(f"{hop}_gb_s") for hop in checkpoint_io.HOP_LABELS}
+    found = selectors.run_checkpoint_io_get(
+        run=run,
+        now=timezone.now(),
+        version=selectors.run_record_version(run=run),
+        state_bytes=query.get("state_bytes"),
+        target=query.get("target"),
+        **hops,
+    )
+    return Response({"run": run.name, "gpus": run.gpu_count, **checkpoint_io_json(found)})

@@ -13,6 +13,7 @@ urlpatterns = [
     path("runs/<str:name>/goodput", goodput.run_goodput, name="run-goodput"),
     path("runs/<str:name>/advice", goodput.run_advice, name="run-advice"),
     path("runs/<str:name>/levers", goodput.run_levers, name="run-levers-api"),
+    path("runs/<str:name>/checkpoint-io", goodput.run_checkpoint_io, name="run-checkpoint-io"),
     path("fleet/goodput", goodput.fleet_goodput, name="fleet-goodput"),
     path("advisor", goodput.advisor_what_if, name="advisor"),
     path("schema", SpectacularAPIView.as_view(permission_classes=[]), name="schema"),

@@ -71,3 +71,9 @@ def minutes(value):
 def hours(seconds):
     """Seconds as hours with up to one decimal (number), or a dash."""
     return "—" if seconds is None else f"{number_text(seconds / 3600, 1)} h"
+
+
+@register.filter
+def gigabytes(value):
+    """Bytes in GB of 10^9 bytes (how storage bandwidths are quoted), up to three decimals, or a dash."""
+    return "—" if value is None else f"{number_text(value / 1e9, 3)} GB"

@@ -2,8 +2,10 @@
 
 from datetime import UTC, date, datetime, timedelta
 
+import pytest
+
 from runs import charts
-from runs.domain import advisor, goodput
+from runs.domain import advisor, checkpoint_io, goodput
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -66,3 +68,30 @@ def test_the_advisor_names_its_marks_in_the_legend_where_labels_cannot_overprint
     assert [a["text"] for a in figure["layout"]["annotations"]] == ["floor"]  # the only text on the plot
     legend = figure["layout"]["legend"]
     assert legend["yanchor"] == "bottom" and legend["y"] >= 1  # above the plot, clear of the x axis's title
+
+
+def test_the_checkpoint_writes_chart_draws_blocking_and_drain_at_each_completion_with_the_interval():
+    rows = [
+        checkpoint_io.WriteRow(
+            step, "completed", "durable", T0 + timedelta(minutes=10 * step),
+            T0 + timedelta(minutes=10 * step, seconds=5), T0 + timedelta(minutes=10 * step + 15, seconds=5), 5.0,
+            16 * 10**9,
+        )
+        for step in (1, 2)
+    ]  # fmt: skip
+    figure = charts.checkpoint_writes(checkpoint_io.measure(rows, ranks=16, interval_s=600.0))
+    blocking, drain = figure["data"]
+    assert blocking["x"] == ["2026-03-01T00:10:05+00:00", "2026-03-01T00:20:05+00:00"] and blocking["y"] == [5.0, 5.0]
+    assert drain["y"] == [900.0, 900.0] and drain["customdata"] == [1, 2]
+    assert figure["layout"]["shapes"][0]["y0"] == 600.0
+    assert figure["layout"]["yaxis"]["type"] == "log"
+
+
+def test_the_front_chart_puts_each_design_at_its_interval_and_the_run_today():
+    hops = checkpoint_io.Hops(gpu_host=50.0, nvme=6.5, storage=2000.0, peer=400.0)
+    pricing = checkpoint_io.price(state_bytes=1.13e12, ranks=2048, hops=hops, mtbf_s=86_400, restart_s=600)
+    figure = charts.checkpoint_front(pricing, (1800.0, 30.0, 0.05))
+    by_name = {t["name"]: t for t in figure["data"]}
+    assert by_name["synchronous"]["x"] == [pytest.approx(312.0846 / 60, abs=1e-4)]
+    assert by_name["this run today"]["x"] == [30.0] and by_name["this run today"]["y"] == [5.0]
+    assert len(by_name["Pareto front"]["x"]) == 2

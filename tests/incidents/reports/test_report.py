@@ -256,3 +256,27 @@ def test_the_command_generates_any_window(week):
     call_command("weekly_report", "--since", "2026-03-04", "--until", "2026-03-07")
     report = WeeklyReport.objects.get()
     assert report.data["interruptions"]["total"] == 0 and report.data["goodput"]["fleet"] == 1.0
+
+
+def test_it_reports_each_runs_checkpoint_io(user_client, week):
+    """ra writes 1 TB over 16 ranks (62.5 GB a rank) blocking 60 s: 62.5 / 60 = 1.042 GB/s a rank; rb 1 TB over 8
+    (125 GB) in 30 s: 4.167 GB/s. Both durable at completion (drain 0 s). At the documented 50 GB/s to host memory,
+    ra's synchronous write blocks 62.5 / 50 = 1.25 s (2,000 GB/s of storage shared by 16 ranks is 125 GB/s a rank: the
+    GPU's link is the limit)."""
+    data = report_build(since=SINCE, until=UNTIL, now=NOW)
+    rows = {row["run"]: row for row in data["checkpoint_io"]}
+    assert rows["ra"]["bytes_per_rank"] == 6.25e10 and rows["rb"]["bytes_per_rank"] == 1.25e11
+    assert rows["ra"]["bandwidth_gb_s"] == pytest.approx(62.5 / 60)
+    assert rows["rb"]["bandwidth_gb_s"] == pytest.approx(125 / 30)
+    assert rows["ra"]["drain_s"] == 0 and rows["ra"]["interval_s"] == 3600
+    assert (rows["ra"]["completed"], rows["ra"]["failed"], rows["ra"]["lost"]) == (2, 0, 0)
+    assert rows["ra"]["warnings"] == [] and rows["ra"]["data_quality"] == []
+    assert rows["ra"]["design"] == "synchronous" and rows["ra"]["meets_target"] is True
+    report = report_generate(since=SINCE, until=UNTIL, now=NOW)
+    page = user_client.get(f"/reports/{report.pk}").content.decode()
+    assert 'id="report-checkpoint-io-ra"' in page and "62.5 GB" in page and "1.042 GB/s" in page
+    csv_rows = {
+        (r["section"], r["item"], r["metric"]): r["value"]
+        for r in csv.DictReader(io.StringIO(user_client.get(f"/reports/{report.pk}.csv").content.decode()))
+    }
+    assert float(csv_rows["checkpoint_io", "rb", "bandwidth_gb_s"]) == pytest.approx(125 / 30)
