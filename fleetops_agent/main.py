@@ -1,6 +1,7 @@
 """fleetops-agent: NVML readings and Xid/ECC events of one node, spooled on disk and posted to FleetOps.
 
-Every ``--interval`` seconds: a node.heartbeat, and per GPU a gpu.ecc and a gpu.health reading. Between
+Every ``--interval`` seconds a node.heartbeat, and every ``--readings-every``-th of those polls (each, by default) per
+GPU a gpu.ecc and a gpu.health reading. Between
 polls it waits on NVML's event set; Xids are folded into one gpu.xid per (GPU, Xid) and storm window,
 with a ``count``; an ECC event triggers a fresh gpu.ecc reading of that GPU. Everything goes through the
 spool first, then to ``POST /api/v1/events``; see docs/AGENT.md.
@@ -41,8 +42,22 @@ def _iso(when: datetime) -> str:
 
 
 class Agent:
-    def __init__(self, nvml: Nvml, spool: Spool, sender: Sender | None, *, node: str, cluster: str | None, storm_s):
+    def __init__(
+        self,
+        nvml: Nvml,
+        spool: Spool,
+        sender: Sender | None,
+        *,
+        node: str,
+        cluster: str | None,
+        storm_s,
+        readings_every: int = 1,
+    ):
+        if readings_every < 1:
+            raise ValueError("readings_every must be at least 1")
         self.nvml = nvml
+        self.readings_every = readings_every
+        self.polls = 0
         self.spool = spool
         self.sender = sender
         self.node = node
@@ -69,7 +84,11 @@ class Agent:
         self.spool.append(build)
 
     def poll(self) -> None:
+        """A heartbeat; and on the first poll and every `readings_every`-th after it, each GPU's readings."""
         self.emit("node.heartbeat", {"cluster": self.cluster} if self.cluster else {})
+        self.polls += 1
+        if (self.polls - 1) % self.readings_every:
+            return
         for i in range(len(self.nvml.handles)):
             self.poll_ecc(i)
             health = self.nvml.health(i)
@@ -121,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spool-dir", default="/var/lib/fleetops-agent/spool")
     p.add_argument("--spool-max-mb", type=float, default=64.0, help="spool bound; the oldest is dropped beyond")
     p.add_argument("--interval", type=float, default=30.0, help="seconds between heartbeats and health polls")
+    p.add_argument(
+        "--readings-every",
+        type=int,
+        default=1,
+        help="send the GPUs' ECC and health readings every N-th poll (ECC events from NVML are read at once anyway)",
+    )
     p.add_argument("--cluster", default=None)
     p.add_argument("--node", default=None, help="node name (default: the hostname)")
     p.add_argument("--storm-window", type=float, default=10.0, help="seconds identical Xids are counted together")
@@ -155,8 +180,17 @@ def main(argv: list[str] | None = None) -> int:
     node = _name(args.node or socket.gethostname().split(".")[0])
     spool = Spool(args.spool_dir, max_bytes=int(args.spool_max_mb * 1024 * 1024))
     sender = Sender(spool, HttpTransport(args.url, token), batch_size=args.batch, backoff=Backoff())
+    if args.readings_every < 1:
+        print("fleetops-agent: --readings-every must be at least 1", file=sys.stderr)
+        return 2
     agent = Agent(
-        nvml, spool, sender, node=node, cluster=args.cluster and _name(args.cluster), storm_s=args.storm_window
+        nvml,
+        spool,
+        sender,
+        node=node,
+        cluster=args.cluster and _name(args.cluster),
+        storm_s=args.storm_window,
+        readings_every=args.readings_every,
     )
     log.info(
         "fleetops-agent %s on %s: %d GPUs, driver %s, spool %s (%d pending, %d dropped so far)",

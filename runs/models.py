@@ -310,6 +310,9 @@ class Event(models.Model):
                 condition=Q(type__in=["gpu.xid", "gpu.ecc", "node.state"]),
                 name="event_node_faults",
             ),
+            # A GPU's previous health reading, for the NVLink error delta (incidents.detection.services): a node's
+            # samples are mostly heartbeats, and at 131,072 GPUs a chunk of readings asks this 500 times.
+            models.Index(fields=["node_name", "time"], condition=Q(type="gpu.health"), name="event_gpu_health"),
         ]
 
     def __str__(self):

@@ -27,6 +27,13 @@ from runs.models import GPU, ApiToken, ApplyTurn, Attempt, Checkpoint, Cluster, 
 log = logging.getLogger(__name__)
 
 APPLY_CHUNK = 500
+# Stored applied and seen by detection at once: nothing in the record or in the event-driven detectors changes with
+# them (their applier has nothing to do but make their run and node, which the intake does), and the periodic
+# detectors (stragglers, silent data corruption) read them from the log. At 131,072 ranks they are most of the
+# stream; each row is written once, not three times (docs/PERFORMANCE.md, "A 131,072-GPU fleet"). A silent run's
+# alert is cleared by the detectors' view of its next event; a restarted job's first events are its start and its
+# restore, never a rank sample, so no alert waits on these.
+LOGGED_AT_INTAKE = frozenset({"rank.step_time", "rank.grad_norm"})
 # A turn queued this long ago lost its message (a broker restart): the sender's next batch queues another.
 TURN_STALE = timedelta(minutes=1)
 
@@ -44,7 +51,8 @@ def events_ingest(*, events: list[CloudEvent], backfill: bool = False, token: Ap
     One transaction, all or nothing. On PostgreSQL the batch is one INSERT ... SELECT FROM unnest(...) ON CONFLICT
     DO NOTHING: no ORM object per event, no read before the write, and a concurrent request storing the same event
     first simply makes it a duplicate here. A `backfill` (a loaded history) is late by design: not flagged as late.
-    `token`: who sent them (none: FleetOps itself).
+    `token`: who sent them (none: FleetOps itself). Rank samples are stored applied and detected
+    (LOGGED_AT_INTAKE): a batch of nothing else queues no turn.
     """
     received_at = timezone.now()
     token_id = token.pk if token is not None else None
@@ -54,7 +62,9 @@ def events_ingest(*, events: list[CloudEvent], backfill: bool = False, token: Ap
             stored = _insert_postgresql(rows)
         else:
             stored = _insert_orm(rows)
-        if stored:
+        logged = {(e.source, e.id): e for e in events if e.type in LOGGED_AT_INTAKE and (e.source, e.id) in stored}
+        _subjects_create(list(logged.values()))
+        if len(stored) > len(logged):  # some have something to apply
             transaction.on_commit(lambda: apply_turn_take(sender=token_id or 0), robust=True)
     accepted = [e for e in events if (e.source, e.id) in stored]
     duplicates = [e for e in events if (e.source, e.id) not in stored]
@@ -74,6 +84,8 @@ INTAKE_COLUMNS = (
     "node_name",
     "skew_s",
     "token_id",
+    "applied_at",
+    "detected_at",
 )
 
 
@@ -98,6 +110,7 @@ def _event_row(event: CloudEvent, received_at: datetime, token_id: int | None, *
     elif skew_s > -settings.EVENTS_LATE_FLAG_S or not flag_late:
         skew_s = None
     data = event.data
+    done = received_at if event.type in LOGGED_AT_INTAKE else None
     return (
         event.source,
         event.id,
@@ -110,6 +123,8 @@ def _event_row(event: CloudEvent, received_at: datetime, token_id: int | None, *
         _name_of(data.get("node")),
         skew_s,
         token_id,
+        done,
+        done,
     )
 
 
@@ -124,7 +139,8 @@ def _insert_postgresql(rows: list[tuple]) -> dict[tuple[str, str], int]:
     The batch travels as one JSON array that PostgreSQL unpacks (json_to_recordset): one json.dumps in C, where
     binding a parameter a value, or Django's client-side quoting of 10,000 values, costs more than the insert itself.
     """
-    keys = ("s", "i", "t", "u", "w", None, "d", "r", "n", "k", None)  # INTAKE_COLUMNS; received_at, token_id bound
+    # INTAKE_COLUMNS; received_at and token_id bound once, detected_at the same as applied_at (LOGGED_AT_INTAKE)
+    keys = ("s", "i", "t", "u", "w", None, "d", "r", "n", "k", None, "a", None)
     batch = json.dumps(
         [{key: value for key, value in zip(keys, row, strict=True) if key} for row in rows],
         ensure_ascii=False,
@@ -133,10 +149,11 @@ def _insert_postgresql(rows: list[tuple]) -> dict[tuple[str, str], int]:
     )
     statement = f"""
         INSERT INTO {Event._meta.db_table}
-            (source, event_id, type, subject, time, received_at, data, run_name, node_name, skew_s, token_id, error)
-        SELECT s, i, t, u, w, %s, d, r, n, k, %s, ''
+            (source, event_id, type, subject, time, received_at, data, run_name, node_name, skew_s, token_id,
+             applied_at, detected_at, error)
+        SELECT s, i, t, u, w, %s, d, r, n, k, %s, a, a, ''
         FROM json_to_recordset(%s::json)
-            AS batch(s text, i text, t text, u text, w timestamptz, d jsonb, r text, n text, k float8)
+            AS batch(s text, i text, t text, u text, w timestamptz, d jsonb, r text, n text, k float8, a timestamptz)
         ON CONFLICT (source, event_id) DO NOTHING
         RETURNING source, event_id, id
     """
@@ -300,6 +317,7 @@ def _apply_selected(events: list[Event]) -> None:
     lifecycle_runs: set[str] = set()
     folded: dict[tuple, Event] = {}
     xids: dict[tuple[str, int], _XidTally] = {}
+    readings: list[Event] = []
     for event in events:
         if event.type in lifecycle.LIFECYCLE_TYPES:
             lifecycle_runs.add(event.run_name)
@@ -307,8 +325,11 @@ def _apply_selected(events: list[Event]) -> None:
             _fold(folded, event)
         elif event.type == "gpu.xid":
             xids.setdefault((event.node_name, event.data["gpu"]), _XidTally()).add(event)
+        elif event.type in READINGS:
+            readings.append(event)
         else:
             APPLIERS[event.type](event)
+    _apply_readings(readings)
     heartbeats = [event for event in folded.values() if event.type == "node.heartbeat"]
     for event in folded.values():
         if event.type != "node.heartbeat":
@@ -362,6 +383,12 @@ def _lock_subjects(events: list[Event]) -> None:
     _create_missing(Node, "hostname", nodes)
     list(Run.objects.select_for_update(no_key=True).filter(name__in=runs).order_by("name").values_list("pk"))
     list(Node.objects.select_for_update(no_key=True).filter(hostname__in=nodes).order_by("hostname").values_list("pk"))
+
+
+def _subjects_create(events: list[CloudEvent]) -> None:
+    """The runs and nodes of events stored applied (LOGGED_AT_INTAKE), made in the intake's transaction."""
+    _create_missing(Run, "name", sorted({_name_of(e.data.get("run")) for e in events} - {""}))
+    _create_missing(Node, "hostname", sorted({_name_of(e.data.get("node")) for e in events} - {""}))
 
 
 def _create_missing(model, field: str, names: list[str]) -> None:
@@ -474,6 +501,19 @@ def _apply_heartbeats(events: list[Event]) -> None:
         if unclaimed.exists():  # a cluster is made only for a node it claims, as one at a time did
             unclaimed.update(cluster=_cluster(cluster_name))
     # _lock_subjects created and locked these nodes.
+    if connection.vendor == "postgresql":
+        # One row a node from a JSON array: a CASE of a branch a node is evaluated per node, quadratic in the chunk
+        # (180 ms for the 170 nodes of a chunk at 131,072 GPUs); a row already as new is left unwritten.
+        batch = json.dumps([{"h": e.node_name, "w": e.time.isoformat()} for e in events])
+        connection.ensure_connection()
+        with psycopg.Cursor(connection.connection) as cursor:
+            cursor.execute(
+                f"""UPDATE {Node._meta.db_table} AS n SET last_heartbeat_at = v.w
+                FROM json_to_recordset(%s::json) AS v(h text, w timestamptz)
+                WHERE n.hostname = v.h AND (n.last_heartbeat_at IS NULL OR n.last_heartbeat_at < v.w)""",
+                [batch],
+            )
+        return
     sent = Case(*(When(hostname=e.node_name, then=Value(e.time)) for e in events), output_field=DateTimeField())
     Node.objects.filter(hostname__in=[e.node_name for e in events]).update(
         last_heartbeat_at=Greatest(Coalesce(F("last_heartbeat_at"), sent), sent)
@@ -529,53 +569,90 @@ _ECC_FIELDS = (
 )
 
 
-def _apply_ecc(event: Event) -> None:
-    data = event.data
-    gpu = _gpu(event.node_name, data["gpu"])
-    values = {"ecc_corrected": data["corrected"], "ecc_uncorrected": data["uncorrected"], "ecc_at": event.time}
-    values.update({name: data[name] for name in _ECC_FIELDS if name in data})
-    GPU.objects.filter(pk=gpu.pk).filter(_newer("ecc_at", event.time)).update(**values)
+# A GPU's readings, and the field that says how new the stored one is: the newer reading wins.
+READINGS = {"gpu.ecc": "ecc_at", "gpu.health": "health_at"}
 
 
-def _apply_gpu_health(event: Event) -> None:
-    data = event.data
-    gpu = _gpu(event.node_name, data["gpu"])
-    GPU.objects.filter(pk=gpu.pk).filter(_newer("health_at", event.time)).update(
-        temperature_c=data["temperature_c"],
-        throttle_reasons=data["throttle_reasons"],
-        nvlink_errors=data["nvlink_errors"],
-        recovery_action=data["recovery_action"],
-        health_at=event.time,
+def _ecc_values(data: dict) -> dict:
+    values = {"ecc_corrected": data["corrected"], "ecc_uncorrected": data["uncorrected"]}
+    return values | {name: data[name] for name in _ECC_FIELDS if name in data}
+
+
+def _health_values(data: dict) -> dict:
+    fields = ("temperature_c", "throttle_reasons", "nvlink_errors", "recovery_action")
+    return {name: data[name] for name in fields}
+
+
+_READING_VALUES = {"gpu.ecc": _ecc_values, "gpu.health": _health_values}
+
+
+def _apply_readings(events: list[Event]) -> None:
+    """A chunk's ECC and health readings (in (time, id) order): only each GPU's newest of each type can change the
+    record, since a reading is written only over an older one (ties keep the first, "newer" being strict). The
+    chunk's GPUs are looked up and made in two queries; on PostgreSQL each type is then one UPDATE for all its GPUs,
+    the newer-only rule in its WHERE; the embedded default updates a GPU at a time. At 131,072 GPUs the agents send
+    about 900 readings a second, one query each before (docs/PERFORMANCE.md)."""
+    newest: dict[tuple[str, str, int], Event] = {}
+    for event in events:
+        key = (event.type, event.node_name, event.data["gpu"])
+        if key not in newest or event.time > newest[key].time:
+            newest[key] = event
+    if not newest:
+        return
+    # `_lock_subjects` has made the nodes.
+    nodes = dict(Node.objects.filter(hostname__in={n for _t, n, _i in newest}).values_list("hostname", "pk"))
+    gpus = _gpu_ids({(nodes[node], index) for _type, node, index in newest})
+    for type_, field_at in READINGS.items():
+        rows = [
+            (gpus[nodes[node], index], event.time, _READING_VALUES[type_](event.data))
+            for (kind, node, index), event in newest.items()
+            if kind == type_
+        ]
+        if rows:
+            _readings_update(field_at, rows)
+
+
+def _readings_update(field_at: str, rows: list[tuple[int, datetime, dict]]) -> None:
+    """Write each (GPU id, reading time, values) where the stored reading is older (or none)."""
+    if connection.vendor != "postgresql":
+        for pk, at, values in rows:
+            GPU.objects.filter(pk=pk).filter(_newer(field_at, at)).update(**values, **{field_at: at})
+        return
+    # Optional fields (an agent that cannot read remapped rows sends none) keep the stored value when absent.
+    columns = sorted({name for _pk, _at, values in rows for name in values})
+    sets = [f"{c} = COALESCE(v.{c}, g.{c})" if c in _ECC_FIELDS else f"{c} = v.{c}" for c in columns]
+    types = [f"{c} {GPU._meta.get_field(c).db_type(connection)}" for c in (*columns, field_at)]
+    batch = json.dumps(
+        [{"id": pk, field_at: at, **values} for pk, at, values in rows], default=datetime.isoformat, allow_nan=False
     )
+    statement = f"""
+        UPDATE {GPU._meta.db_table} AS g SET {", ".join(sets)}, {field_at} = v.{field_at}
+        FROM json_to_recordset(%s::json) AS v(id bigint, {", ".join(types)})
+        WHERE g.id = v.id AND (g.{field_at} IS NULL OR g.{field_at} < v.{field_at})
+    """
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(statement, [batch])
 
 
-def _apply_node_sample(event: Event) -> None:
-    """Rank samples and health checks stay in the event log for detection; the record needs the node."""
-    _node(event.node_name)
-    if event.run_name:
-        Run.objects.get_or_create(name=event.run_name)
-
-
-def _apply_run_heartbeat(event: Event) -> None:
-    """The training loop is alive between steps: the hang watchdog reads it from the event log; the record needs
-    the run."""
-    Run.objects.get_or_create(name=event.run_name)
+def _apply_logged(event: Event) -> None:
+    """Rank samples, health checks and the training loop's heartbeats stay in the event log for the detectors and the
+    hang watchdog; the record needs only their run and node, which `_lock_subjects` has created for the chunk. No
+    query here: at 131,072 ranks these are most of the stream."""
 
 
 APPLIERS = {
     "run.step": _apply_step,
-    "run.heartbeat": _apply_run_heartbeat,
+    "run.heartbeat": _apply_logged,
     "checkpoint.started": _apply_checkpoint_started,
     "checkpoint.completed": _apply_checkpoint_completed,
     "checkpoint.failed": _apply_checkpoint_failed,
     "node.heartbeat": _apply_heartbeat,
     "node.state": _apply_node_state,
     "gpu.xid": _apply_xid,
-    "gpu.ecc": _apply_ecc,
-    "gpu.health": _apply_gpu_health,
-    "rank.step_time": _apply_node_sample,
-    "rank.grad_norm": _apply_node_sample,
-    "healthcheck.result": _apply_node_sample,
+    "rank.step_time": _apply_logged,
+    "rank.grad_norm": _apply_logged,
+    "healthcheck.result": _apply_logged,
 }
 
 

@@ -4,11 +4,12 @@ Event-driven detectors run on each applied batch (`events_detect`); the watchdog
 A hang is written back as a `run.failed` event of kind hang, so the record stays derived from events.
 """
 
+import json
 from collections import defaultdict
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -66,6 +67,7 @@ def pending_detect(*, older_than: timedelta = timedelta(seconds=30)) -> int:
 
 def _detect(events: list[Event]) -> int:
     recorded = 0
+    previous = _previous_readings([event for event in events if event.type in ("gpu.ecc", "gpu.health")])
     samples: list[XidSample] = []
     heard: dict[str, datetime] = {}  # hostname -> its first heartbeat in these events
     runs_heard: dict[str, datetime] = {}  # run name -> its latest event in these events
@@ -96,9 +98,9 @@ def _detect(events: list[Event]) -> int:
         elif event.type == "node.heartbeat":
             heard.setdefault(event.node_name, event.time)  # events come in time order: the first is the earliest
         elif event.type == "gpu.ecc":
-            recorded += sum(_record(f, event.time) for f in _ecc(event))
+            recorded += sum(_record(f, event.time) for f in _ecc(event, previous[event.pk]))
         elif event.type == "gpu.health":
-            recorded += sum(_record(f, event.time) for f in _gpu_health(event))
+            recorded += sum(_record(f, event.time) for f in _gpu_health(event, previous[event.pk]))
     _heartbeats_back(heard)
     _runs_heard(runs_heard)
     return recorded + _xids_record(samples)
@@ -251,8 +253,41 @@ def _drained_by_a_playbook(node: Node | None, event: Event) -> bool:
     )
 
 
+def _previous_readings(events: list[Event]) -> dict[int, dict | None]:
+    """Each reading's previous reading of the same GPU and type in the log (by time), for counters that only grow:
+    event id -> its data, or None. On PostgreSQL one query for all (a lateral lookup per reading on the node's index);
+    the embedded default asks once a reading."""
+    if not events:
+        return {}
+    if connection.vendor != "postgresql":
+        return {event.pk: _previous(event) for event in events}
+    previous = {}
+    for type_ in ("gpu.ecc", "gpu.health"):
+        readings = [
+            {"k": e.pk, "n": e.node_name, "g": e.data["gpu"], "w": e.time.isoformat()}
+            for e in events
+            if e.type == type_
+        ]
+        if not readings:
+            continue
+        batch = json.dumps(readings)
+        # The type a literal, so that the planner may use the partial index of that type's events on (node, time).
+        statement = f"""
+            SELECT v.k, p.data FROM json_to_recordset(%s::json) AS v(k bigint, n text, g int, w timestamptz)
+            LEFT JOIN LATERAL (
+                SELECT e.data FROM {Event._meta.db_table} e
+                WHERE e.node_name = v.n AND e.type = '{type_}' AND e.time < v.w AND e.data -> 'gpu' = to_jsonb(v.g)
+                ORDER BY e.time DESC LIMIT 1
+            ) p ON true
+        """
+        with connection.cursor() as cursor:
+            cursor.execute(statement, [batch])
+            previous |= {pk: json.loads(data) if isinstance(data, str) else data for pk, data in cursor.fetchall()}
+    return previous
+
+
 def _previous(event: Event) -> dict | None:
-    """The same GPU's previous reading of this type, for counters that only grow."""
+    """The same GPU's previous reading of this type."""
     earlier = (
         Event.objects.filter(node_name=event.node_name, type=event.type, time__lt=event.time)
         .filter(data__gpu=event.data["gpu"])
@@ -263,8 +298,8 @@ def _previous(event: Event) -> dict | None:
     return earlier
 
 
-def _ecc(event: Event) -> list[Finding]:
-    data, before = event.data, _previous(event) or {}
+def _ecc(event: Event, previous: dict | None) -> list[Finding]:
+    data, before = event.data, previous or {}
     return detectors.gpu_ecc(
         node=event.node_name,
         gpu=data["gpu"],
@@ -276,8 +311,8 @@ def _ecc(event: Event) -> list[Finding]:
     )
 
 
-def _gpu_health(event: Event) -> list[Finding]:
-    data, before = event.data, _previous(event) or {}
+def _gpu_health(event: Event, previous: dict | None) -> list[Finding]:
+    data, before = event.data, previous or {}
     return detectors.gpu_health(
         node=event.node_name,
         gpu=data["gpu"],

@@ -43,6 +43,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from runs.domain import advisor
 from runs.domain.cloudevents import format_time
 from runs.domain.goodput import CheckpointSpan, InterruptionSpan, RunTimeline
 from runs.domain.taxonomy import CAUSES, Cause, Group
@@ -219,6 +220,37 @@ class SimulationConfig:
     @property
     def checkpoint_bytes(self) -> int:
         return self.model_params * CHECKPOINT_BYTES_PER_PARAM
+
+
+# Kokolis et al. (arXiv 2410.21680) project a job MTTF of 0.23 h at 131,072 GPUs: a fault every 14 minutes.
+FRONTIER_GPUS = 131_072
+FRONTIER_MTTF_S = 0.23 * 3600
+
+
+def frontier_config(*, days: float = 14.0, seed: int = 1) -> SimulationConfig:
+    """A 131,072-GPU run (16,384 nodes) at the fault rate projected for that size, run as such a run has to be:
+
+    - restarts of the kind fault-tolerant training reaches at ~100,000 GPUs (Meta's HSDP, arXiv 2602.00277: about
+      3 minutes of stall a failure): rescheduling onto a hot spare 1-4 min, reload 1-4 min. With Llama 3's 5 and 7
+      minutes a restart would outlast the time between faults and the run would barely train;
+    - checkpoints at Daly's interval for that MTTF and the default write (mean blocking ~37 s): about 4 minutes,
+      with a step event every 30 s so the interval's grain is finer than the interval.
+    """
+    rate = 1 / (FRONTIER_MTTF_S / 3600 * FRONTIER_GPUS)
+    blocking = SimulationConfig.checkpoint_blocking
+    interval = advisor.daly(delta_s=blocking.mean, mtbf_s=FRONTIER_MTTF_S)
+    return SimulationConfig(
+        gpus=FRONTIER_GPUS,
+        days=days,
+        seed=seed,
+        rate_per_gpu_hour=rate,
+        checkpoint_interval_s=round(interval),
+        step_event_s=30.0,
+        rescheduling=_minutes(1, 2, 4),
+        reload=_minutes(1, 2, 4),
+        cluster="frontier",
+        run="frontier-sim",
+    )
 
 
 # --- Causes and their signals ----------------------------------------------------------------------------

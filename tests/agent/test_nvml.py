@@ -95,6 +95,23 @@ def test_an_xid_storm_becomes_one_event_with_its_count(gpus, tmp_path):
     assert xid79["data"]["uuid"] == "GPU-aaa" and "fallen off the bus" in xid79["data"]["message"]
 
 
+def test_readings_every_nth_poll_and_a_heartbeat_every_poll(gpus, tmp_path):
+    nvml = Nvml()
+    nvml.init()
+    spool = Spool(tmp_path)
+    agent = Agent(nvml, spool, None, node="gpu-001", cluster="c1", storm_s=60, readings_every=3)
+    for _ in range(7):
+        agent.poll()
+    events = [r.event for r in spool.all_records()]
+    assert sum(e["type"] == "node.heartbeat" for e in events) == 7
+    # Polls 1, 4 and 7 read every GPU: three readings of each type per GPU.
+    gpus_n = len(nvml.handles)
+    assert sum(e["type"] == "gpu.health" for e in events) == 3 * gpus_n
+    assert sum(e["type"] == "gpu.ecc" for e in events) == 3 * gpus_n
+    with pytest.raises(ValueError):
+        Agent(nvml, spool, None, node="gpu-001", cluster="c1", storm_s=60, readings_every=0)
+
+
 def test_without_a_driver_it_says_so(monkeypatch, tmp_path, capsys):
     def no_library():
         raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)

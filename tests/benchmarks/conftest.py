@@ -17,6 +17,8 @@ import socket
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,17 +39,24 @@ LOAD_RECORD = Path(settings.BASE_DIR) / "var" / "bench-load.json"  # how long th
 class Figure:
     name: str
     value: str
-    versus: str = ""  # the baseline or bound it is read against
+    baseline: str = ""  # what it is read against, measured in the same run
+    bound: str = ""  # the limit an issue sets (asserted where the benchmark says so)
     note: str = ""  # the ratio, or where the figure comes from
 
 
 FIGURES: list[Figure] = []
+COLUMNS = ("name", "value", "baseline", "bound", "note")
 
 
-def report(name: str, value: str, versus: str = "", note: str = "") -> None:
+def report(name: str, value: str, baseline: str = "", note: str = "", *, bound: str = "") -> None:
     """Keep a figure for the table at the end and show it now."""
-    FIGURES.append(Figure(name, value, versus, note))
-    say(f"{name}: {value}" + (f" vs {versus}" if versus else "") + (f" ({note})" if note else ""))
+    FIGURES.append(Figure(name, value, baseline, bound, note))
+    say(
+        f"{name}: {value}"
+        + (f" vs {baseline}" if baseline else "")
+        + (f" (bound {bound})" if bound else "")
+        + (f" ({note})" if note else "")
+    )
 
 
 def say(text: str) -> None:
@@ -55,19 +64,22 @@ def say(text: str) -> None:
 
 
 def pytest_terminal_summary(terminalreporter):
+    """Every figure of the session in one table: figure, value, baseline, bound, note."""
     if not FIGURES:
         return
     db = settings.DATABASES["default"]
+    load = os.getloadavg()
     terminalreporter.section("FleetOps benchmarks")
     terminalreporter.write_line(
-        f"machine: {os.cpu_count()} CPUs; PostgreSQL {db.get('HOST')}:{db.get('PORT')}/{db.get('NAME')}; "
-        f"run: {CONFIG.gpus:,} GPUs, {CONFIG.days:g} days, seed {CONFIG.seed}"
+        f"machine: {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end; "
+        f"PostgreSQL {db.get('HOST')}:{db.get('PORT')}/{db.get('NAME')}; "
+        f"the loaded run: {CONFIG.gpus:,} GPUs, {CONFIG.days:g} days, seed {CONFIG.seed}"
     )
-    widths = [max(len(getattr(f, column)) for f in FIGURES) for column in ("name", "value", "versus")]
-    for f in FIGURES:
-        line = f"{f.name:<{widths[0]}}  {f.value:>{widths[1]}}"
-        line += f"  {'vs ' + f.versus if f.versus else '':<{widths[2] + 3}}" if any(g.versus for g in FIGURES) else ""
-        terminalreporter.write_line((line + (f"  {f.note}" if f.note else "")).rstrip())
+    rows = [dict(zip(COLUMNS, COLUMNS, strict=True))] + [vars(f) for f in FIGURES]
+    widths = {column: max(len(row[column]) for row in rows) for column in COLUMNS[:-1]}
+    for row in rows:
+        line = "  ".join(f"{row[c]:<{widths[c]}}" if c != "value" else f"{row[c]:>{widths[c]}}" for c in widths)
+        terminalreporter.write_line(f"{line}  {row['note']}".rstrip())
 
 
 def pytest_collection_modifyitems(items):
@@ -112,6 +124,31 @@ def _create_if_missing(db: dict) -> None:
         if not exists:
             say(f"creating database {db['NAME']}")
             admin.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(db["NAME"])))
+
+
+@contextmanager
+def own_database(name: str, *, fresh: bool) -> Iterator[None]:
+    """Point the connection (and the servers started from it) at a benchmark's own database `name`, migrated:
+    dropped and made anew when `fresh` (and dropped again afterwards), else made when missing and kept."""
+    db = settings.DATABASES["default"]
+    original = db["NAME"]
+    identifier = psycopg.sql.Identifier(name)
+    connections.close_all()
+    with _admin(db) as admin:
+        if fresh:
+            admin.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(identifier))
+        if not admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            admin.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(identifier))
+    db["NAME"] = name
+    try:
+        call_command("migrate", verbosity=0, interactive=False)
+        yield
+    finally:
+        connections.close_all()
+        db["NAME"] = original
+        if fresh:
+            with _admin(db) as admin:
+                admin.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(identifier))
 
 
 def recreate_bench_database() -> None:

@@ -74,7 +74,7 @@ def test_detection_latency_with_a_real_worker(bench_database):
     report(
         "detection: 202 to incident in GET /api/v1/incidents, p95",
         f"{p95 * 1000:.0f} ms",
-        f"bound {BOUND_P95_S * 1000:.0f} ms",
-        f"{p95 / BOUND_P95_S:.2f} of the bound",
+        note=f"{p95 / BOUND_P95_S:.2f} of the bound",
+        bound=f"{BOUND_P95_S * 1000:.0f} ms",
     )
     assert p95 < BOUND_P95_S

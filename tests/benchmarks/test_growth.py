@@ -18,11 +18,10 @@ import statistics
 import time
 from datetime import timedelta
 
-import psycopg
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.db import connection, connections
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -33,7 +32,7 @@ from runs.domain.simulator import simulate
 from runs.management.commands.simulate import ingest
 from runs.models import Event, Run
 
-from .conftest import _admin, report, say
+from .conftest import own_database, report, say
 
 DATABASE = "fleetops_bench_growth"  # ours: created and dropped by this benchmark
 SCALES = (1, 4, 16)
@@ -59,28 +58,14 @@ def fleet_events(scale: int, *, now) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def growth_database(bench_database):
-    """Point the connection at a fresh database of our own for the module, then drop it."""
-    db = connection.settings_dict
-    original = db["NAME"]
-    connections.close_all()
-    with _admin(db) as admin:
-        name = psycopg.sql.Identifier(DATABASE)
-        admin.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
-        admin.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(name))
-    db["NAME"] = DATABASE
+    """A fresh database of our own for the module, dropped afterwards; applied and detected in-process."""
     eager = celery_app.conf.task_always_eager
     celery_app.conf.task_always_eager = True  # apply and detect in-process, as `manage.py simulate --apply` does
     try:
-        call_command("migrate", verbosity=0, interactive=False)
-        yield
+        with own_database(DATABASE, fresh=True):
+            yield
     finally:
         celery_app.conf.task_always_eager = eager
-        connections.close_all()
-        db["NAME"] = original
-        with _admin(db) as admin:
-            admin.execute(
-                psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(psycopg.sql.Identifier(DATABASE))
-            )
 
 
 def _median_s(call, calls: int = CALLS) -> float:
@@ -153,7 +138,7 @@ def test_cost_grows_no_faster_than_the_fleet(growth_database):
     for scale in SCALES:
         for unit, value in measured[scale].per_unit().items():
             ratio = value / base[unit]
-            report(f"growth {scale:>2}x: {unit}", f"{value:.3f}", versus=f"1x {base[unit]:.3f}", note=f"{ratio:.2f}x")
+            report(f"growth {scale:>2}x: {unit}", f"{value:.3f}", f"1x {base[unit]:.3f}", note=f"{ratio:.2f}x")
             if scale == SCALES[-1] and ratio > GROWTH_BOUND:
                 over.append(f"{unit}: {ratio:.2f}x 1x's at {scale}x")
     assert not over, f"cost per unit grows faster than the fleet: {over}"
