@@ -105,11 +105,13 @@ def _answers(port: int) -> bool:
 
 
 @contextmanager
-def gunicorn(workers: int = 2, threads: int = 1, *, timeout: float = 60, **env: str) -> Iterator[str]:
-    """`gunicorn fleetops.wsgi` with `workers` processes (gthread when `threads` > 1) on a free loopback port;
-    yields the base URL ("http://127.0.0.1:PORT") once it answers, and stops it (SIGTERM, then SIGKILL)."""
+def gunicorn(workers: int = 2, threads: int = 1, *, timeout: float = 60, nice: int = 0, **env: str) -> Iterator[str]:
+    """`gunicorn fleetops.wsgi` with `workers` processes (gthread when `threads` > 1) on a free loopback port, at
+    `nice` (a lower CPU priority: docs/DEPLOY.md's intake pool); yields the base URL ("http://127.0.0.1:PORT") once it
+    answers, and stops it (SIGTERM, then SIGKILL)."""
     port = _free_port()
     command = [
+        *(["nice", "-n", str(nice)] if nice else []),
         str(GUNICORN),
         "fleetops.wsgi:application",
         "--bind",
@@ -217,6 +219,14 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds a process has used so far (Linux /proc): how much of a core it got."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_seconds() -> float:
+    """CPU seconds the whole machine has been busy so far, all cores together (Linux /proc/stat: user, nice, system,
+    irq, softirq and steal; not idle or waiting for I/O)."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def postgres_cpu_seconds() -> float:
