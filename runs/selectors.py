@@ -733,6 +733,7 @@ def run_checkpoint_io_get(
         )
         today = checkpoint_io.today(record, mtbf_s=inputs.mtbf_s, restart_s=restart_s)
         warnings += checkpoint_io.storage_notes(pricing, others_gb_s=others)
+        warnings += checkpoint_io.model_notes(record, pricing)
     times = [write.at for write in record.writes]
     return RunCheckpointIO(
         record, pricing, today, warnings, sources, missing, others, min(times, default=None),

@@ -441,6 +441,37 @@ def storage_notes(pricing: Pricing, *, others_gb_s: float) -> tuple[Note, ...]:
     return tuple(notes)
 
 
+# The run's own writes and the priced design of their kind may differ by this factor either way before it is said.
+MODEL_TOLERANCE = 2.0
+
+
+def model_notes(record: RecordIO, pricing: Pricing) -> tuple[Note, ...]:
+    """Where the run's own writes disagree with the hops the designs are priced on. Writes that drained in no time
+    were synchronous (they blocked until durable), else asynchronous: the design of that kind assumes a per-rank
+    bandwidth for its blocking; the record's median differs by more than MODEL_TOLERANCE, so the priced blocking is
+    not what this run would see. Said beside the designs, with the hop to set and what the record implies for it."""
+    if not record.bandwidth_gb_s or not record.bytes_per_rank:
+        return ()
+    synchronous = not record.drain_s
+    design = next(d for d in pricing.designs if d.name == ("sync" if synchronous else "async"))
+    modeled = pricing.bytes_per_rank / design.blocking_s / GB
+    ratio = record.bandwidth_gb_s / modeled
+    if 1 / MODEL_TOLERANCE <= ratio <= MODEL_TOLERANCE:
+        return ()
+    hop = design.blocking_hop
+    share = per_rank_gb_s(pricing.hops, ranks=pricing.ranks, gpus_per_node=pricing.gpus_per_node)[hop]
+    implied = getattr(pricing.hops, hop) * record.bandwidth_gb_s / share
+    source = pricing.hops.sources.get(hop) or "given"
+    text = (
+        f"This run's {'synchronous' if synchronous else 'asynchronous'} writes reached {record.bandwidth_gb_s:,.3f} "
+        f"GB/s a rank (median blocking {record.blocking_s:,.1f} s); the {design.label} design, priced on "
+        f"{HOP_LABELS[hop]} at {getattr(pricing.hops, hop):,.1f} GB/s ({source}), assumes {modeled:,.3f} GB/s a rank: "
+        f"{1 / ratio if ratio < 1 else ratio:,.1f}x {'faster' if ratio < 1 else 'slower'} than the record. Set the "
+        f"cluster's {HOP_LABELS[hop]} bandwidth to what it delivers: this run's writes imply {implied:,.1f} GB/s."
+    )
+    return (Note("hops_disagree", text),)
+
+
 def today(record: RecordIO, *, mtbf_s: float, restart_s: float) -> tuple[float, float, float] | None:
     """Where the run sits now: (its interval, its median blocking, the advisor's W there), None without both."""
     if not record.interval_s or not record.blocking_s:

@@ -182,3 +182,21 @@ def test_inconsistent_data_is_named_beside_the_figures_never_dropped_silently():
     assert record.drain_s == 5.0  # the early one left out of the drains, and said
     assert record.completed == 4
     assert math.isclose(record.bytes, 8e9)
+
+
+def test_writes_far_slower_than_the_priced_hops_are_said_with_the_bandwidth_they_imply():
+    """The demo's case: 1.12 TB written synchronously by 256 ranks, blocking 35 s (drained in no time), priced on the
+    default 2,000 GB/s storage."""
+    rows = [_write(s, 30 * s, blocking=35.0, bytes_=1.12e12, drain=0.0) for s in range(1, 4)]
+    record = checkpoint_io.measure(rows, ranks=256, interval_s=1800.0)
+    # 1.12e12 / 256 = 4.375 GB a rank, in 35 s: 0.125 GB/s a rank.
+    assert record.bandwidth_gb_s == pytest.approx(0.125)
+    p = checkpoint_io.price(state_bytes=1.12e12, ranks=256, hops=DEFAULTS, mtbf_s=86_400, restart_s=600)
+    # Synchronous at the defaults: storage's share 2,000 / 256 = 7.8125 GB/s a rank (GPU to host: 50), 0.56 s.
+    (note,) = checkpoint_io.model_notes(record, p)
+    assert note.code == "hops_disagree"
+    assert "0.125 GB/s a rank" in note.text and "7.812 GB/s a rank: 62.5x faster" in note.text
+    assert "host to shared storage" in note.text and "imply 32.0 GB/s" in note.text  # 0.125 x 256
+    # Writes as fast as the model (within 2x) say nothing.
+    quick = [_write(s, 30 * s, blocking=1.0, bytes_=1.12e12, drain=0.0) for s in range(1, 4)]
+    assert checkpoint_io.model_notes(checkpoint_io.measure(quick, ranks=256, interval_s=1800.0), p) == ()

@@ -270,7 +270,10 @@ def test_it_reports_each_runs_checkpoint_io(user_client, week):
     assert rows["rb"]["bandwidth_gb_s"] == pytest.approx(125 / 30)
     assert rows["ra"]["drain_s"] == 0 and rows["ra"]["interval_s"] == 3600
     assert (rows["ra"]["completed"], rows["ra"]["failed"], rows["ra"]["lost"]) == (2, 0, 0)
-    assert rows["ra"]["warnings"] == [] and rows["ra"]["data_quality"] == []
+    # Its writes reach 1.042 GB/s a rank where the priced design assumes the GPU link's 50: said beside the design.
+    (said,) = rows["ra"]["warnings"]
+    assert "48.0x faster than the record" in said and "imply 1.0 GB/s" in said
+    assert rows["ra"]["data_quality"] == []
     assert rows["ra"]["design"] == "synchronous" and rows["ra"]["meets_target"] is True
     report = report_generate(since=SINCE, until=UNTIL, now=NOW)
     page = user_client.get(f"/reports/{report.pk}").content.decode()
