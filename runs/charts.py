@@ -279,29 +279,28 @@ def lost_by_cause(lost: dict[str, float]) -> dict:
 def checkpoint_writes(record: checkpoint_io.RecordIO) -> dict:
     """Each completed write's blocking and its drain to durable storage (seconds, log axis) at its completion time
     (UTC), with the run's checkpoint interval as a line: a drain above the line took longer than the interval."""
-    writes = record.writes
+    times, steps = [w.at.isoformat() for w in record.writes], [w.step for w in record.writes]
+
+    def trace(name: str, seconds: list, **style) -> dict:
+        # A write that blocked or drained for nothing has no point on a log axis: a gap, not a zero.
+        y = [value or None for value in seconds]
+        return {"type": "scatter", "name": name, "x": times, "y": y, "customdata": steps, **style}
+
     data = [
-        {
-            "type": "scatter",
-            "mode": "lines+markers",
-            "name": "blocking",
-            "x": [w.at.isoformat() for w in writes],
-            # A write that blocked for nothing has no point on a log axis: a gap, not a zero.
-            "y": [w.blocking_s or None for w in writes],
-            "customdata": [w.step for w in writes],
-            "line": {"color": COLORS["checkpoint"]},
-            "hovertemplate": "step %{customdata:,}: blocked %{y:,.3~f} s<extra></extra>",
-        },
-        {
-            "type": "scatter",
-            "mode": "markers",
-            "name": "drain to durable",
-            "x": [w.at.isoformat() for w in writes],
-            "y": [w.drain_s or None for w in writes],
-            "customdata": [w.step for w in writes],
-            "marker": {"color": COLORS["rescheduling"], "symbol": "triangle-up"},
-            "hovertemplate": "step %{customdata:,}: durable %{y:,.1~f} s after completion<extra></extra>",
-        },
+        trace(
+            "blocking",
+            [w.blocking_s for w in record.writes],
+            mode="lines+markers",
+            line={"color": COLORS["checkpoint"]},
+            hovertemplate="step %{customdata:,}: blocked %{y:,.3~f} s<extra></extra>",
+        ),
+        trace(
+            "drain to durable",
+            [w.drain_s for w in record.writes],
+            mode="markers",
+            marker={"color": COLORS["rescheduling"], "symbol": "triangle-up"},
+            hovertemplate="step %{customdata:,}: durable %{y:,.1~f} s after completion<extra></extra>",
+        ),
     ]
     shapes, annotations = [], []
     if record.interval_s:

@@ -755,8 +755,9 @@ def _cluster_storage_load_gb_s(*, run: Run, now: datetime) -> float:
     if run.cluster_id is None:
         return 0.0
     written = (
-        Checkpoint.objects.filter(run__cluster_id=run.cluster_id, durable_at__gte=now - CLUSTER_LOAD_WINDOW)
-        .filter(durable_at__lt=now)
+        Checkpoint.objects.filter(
+            run__cluster_id=run.cluster_id, durable_at__gte=now - CLUSTER_LOAD_WINDOW, durable_at__lt=now
+        )
         .exclude(run_id=run.pk)
         .aggregate(total=Sum("bytes"))["total"]
     )

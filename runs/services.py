@@ -63,7 +63,8 @@ def events_ingest(*, events: list[CloudEvent], backfill: bool = False, token: Ap
         else:
             stored = _insert_orm(rows)
         logged = {(e.source, e.id): e for e in events if e.type in LOGGED_AT_INTAKE and (e.source, e.id) in stored}
-        _subjects_create(list(logged.values()))
+        if logged:
+            _subjects_create(list(logged.values()))
         if len(stored) > len(logged):  # some have something to apply
             transaction.on_commit(lambda: apply_turn_take(sender=token_id or 0), robust=True)
     accepted = [e for e in events if (e.source, e.id) in stored]
@@ -157,11 +158,18 @@ def _insert_postgresql(rows: list[tuple]) -> dict[tuple[str, str], int]:
         ON CONFLICT (source, event_id) DO NOTHING
         RETURNING source, event_id, id
     """
+    received_at, token_id = (rows[0][5], rows[0][10]) if rows else (timezone.now(), None)
+    return {(source, event_id): pk for source, event_id, pk in _raw(statement, [received_at, token_id, batch])}
+
+
+def _raw(statement: str, params: list) -> list[tuple]:
+    """One statement through psycopg itself on Django's connection (PostgreSQL): its parameters bound server-side,
+    where Django would quote a large JSON array into the statement. The intake's insert and the appliers' bulk
+    updates; returns the rows it answers, if any."""
     connection.ensure_connection()
     with psycopg.Cursor(connection.connection) as cursor:
-        received_at, token_id = (rows[0][5], rows[0][10]) if rows else (timezone.now(), None)
-        cursor.execute(statement, [received_at, token_id, batch])
-        return {(source, event_id): pk for source, event_id, pk in cursor.fetchall()}
+        cursor.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
 
 
 def _insert_orm(rows: list[tuple]) -> dict[tuple[str, str], int]:
@@ -505,14 +513,12 @@ def _apply_heartbeats(events: list[Event]) -> None:
         # One row a node from a JSON array: a CASE of a branch a node is evaluated per node, quadratic in the chunk
         # (180 ms for the 170 nodes of a chunk at 131,072 GPUs); a row already as new is left unwritten.
         batch = json.dumps([{"h": e.node_name, "w": e.time.isoformat()} for e in events])
-        connection.ensure_connection()
-        with psycopg.Cursor(connection.connection) as cursor:
-            cursor.execute(
-                f"""UPDATE {Node._meta.db_table} AS n SET last_heartbeat_at = v.w
-                FROM json_to_recordset(%s::json) AS v(h text, w timestamptz)
-                WHERE n.hostname = v.h AND (n.last_heartbeat_at IS NULL OR n.last_heartbeat_at < v.w)""",
-                [batch],
-            )
+        _raw(
+            f"""UPDATE {Node._meta.db_table} AS n SET last_heartbeat_at = v.w
+            FROM json_to_recordset(%s::json) AS v(h text, w timestamptz)
+            WHERE n.hostname = v.h AND (n.last_heartbeat_at IS NULL OR n.last_heartbeat_at < v.w)""",
+            [batch],
+        )
         return
     sent = Case(*(When(hostname=e.node_name, then=Value(e.time)) for e in events), output_field=DateTimeField())
     Node.objects.filter(hostname__in=[e.node_name for e in events]).update(
@@ -569,10 +575,6 @@ _ECC_FIELDS = (
 )
 
 
-# A GPU's readings, and the field that says how new the stored one is: the newer reading wins.
-READINGS = {"gpu.ecc": "ecc_at", "gpu.health": "health_at"}
-
-
 def _ecc_values(data: dict) -> dict:
     values = {"ecc_corrected": data["corrected"], "ecc_uncorrected": data["uncorrected"]}
     return values | {name: data[name] for name in _ECC_FIELDS if name in data}
@@ -583,7 +585,8 @@ def _health_values(data: dict) -> dict:
     return {name: data[name] for name in fields}
 
 
-_READING_VALUES = {"gpu.ecc": _ecc_values, "gpu.health": _health_values}
+# A GPU's readings: the field that says how new the stored one is (the newer reading wins), and the values written.
+READINGS = {"gpu.ecc": ("ecc_at", _ecc_values), "gpu.health": ("health_at", _health_values)}
 
 
 def _apply_readings(events: list[Event]) -> None:
@@ -602,9 +605,9 @@ def _apply_readings(events: list[Event]) -> None:
     # `_lock_subjects` has made the nodes.
     nodes = dict(Node.objects.filter(hostname__in={n for _t, n, _i in newest}).values_list("hostname", "pk"))
     gpus = _gpu_ids({(nodes[node], index) for _type, node, index in newest})
-    for type_, field_at in READINGS.items():
+    for type_, (field_at, values) in READINGS.items():
         rows = [
-            (gpus[nodes[node], index], event.time, _READING_VALUES[type_](event.data))
+            (gpus[nodes[node], index], event.time, values(event.data))
             for (kind, node, index), event in newest.items()
             if kind == type_
         ]
@@ -630,9 +633,7 @@ def _readings_update(field_at: str, rows: list[tuple[int, datetime, dict]]) -> N
         FROM json_to_recordset(%s::json) AS v(id bigint, {", ".join(types)})
         WHERE g.id = v.id AND (g.{field_at} IS NULL OR g.{field_at} < v.{field_at})
     """
-    connection.ensure_connection()
-    with psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(statement, [batch])
+    _raw(statement, [batch])
 
 
 def _apply_logged(event: Event) -> None:

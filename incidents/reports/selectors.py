@@ -19,6 +19,7 @@ from incidents.selectors import response_metrics_get
 from runs.domain import advisor, goodput
 from runs.models import Interruption
 from runs.selectors import (
+    AdviceInputs,
     findings_in,
     fleet_goodput_get,
     run_advice_inputs_get,
@@ -38,6 +39,8 @@ def _finite(value: float) -> float | None:
 def report_build(*, since: datetime, until: datetime, now: datetime) -> dict:
     """Every figure of the report for [since, until), as JSON-able numbers and strings."""
     fleet = fleet_goodput_get(since=since, until=until, now=now)
+    # Each run's M, R and delta, read once for its row and its checkpoint I/O.
+    inputs = {run.pk: run_advice_inputs_get(run=run, now=now) for run, _b in fleet.by_run}
     total = fleet.total  # GPU-seconds
     faults = list(
         Interruption.objects.filter(fault_at__gte=since, fault_at__lt=until)
@@ -89,11 +92,11 @@ def report_build(*, since: datetime, until: datetime, now: datetime) -> dict:
         "top_nodes": [{"node": node, "interruptions": n} for node, n in top(Counter(row[3] for row in unplanned))],
         "top_racks": [{"rack": rack, "interruptions": n} for rack, n in top(Counter(row[4] for row in unplanned))],
         "findings": _findings(since=since, until=until),
-        "runs": [_run_row(run, b, now=now, since=since, until=until) for run, b in fleet.by_run],
+        "runs": [_run_row(run, b, inputs[run.pk], since=since, until=until) for run, b in fleet.by_run],
         # What each fix would give back to each run, over its whole record up to `now` (as on its page).
         "levers": [row for run, _b in fleet.by_run if (row := _run_levers(run, now=now)) is not None],
         # What each run's checkpoint writes look like and the design that meets the target (as on its page).
-        "checkpoint_io": [_run_checkpoint_io(run, now=now) for run, _b in fleet.by_run],
+        "checkpoint_io": [_run_checkpoint_io(run, inputs[run.pk], now=now) for run, _b in fleet.by_run],
         # The overview's per-cluster pools over the report's week, added up (one source: incidents.playbooks.spares).
         "spares": fleet_spares(spare_pools_get(now=until, window_days=(until - since).total_seconds() / 86400)),
         "action_items": _open_action_items(),
@@ -137,7 +140,7 @@ def _findings(*, since: datetime, until: datetime) -> list[dict]:
     ]
 
 
-def _run_row(run, b: goodput.Breakdown, *, now: datetime, since: datetime, until: datetime) -> dict:
+def _run_row(run, b: goodput.Breakdown, inputs: AdviceInputs, *, since: datetime, until: datetime) -> dict:
     """The run's goodput in the window and its checkpoint interval against Daly's, with what Daly would save.
 
     saved = goodput_at_interval(Daly) - goodput_at_interval(current) under the first-order waste model
@@ -158,7 +161,6 @@ def _run_row(run, b: goodput.Breakdown, *, now: datetime, since: datetime, until
         "saved_goodput": None,
         "saved_gpu_h": None,
     }
-    inputs = run_advice_inputs_get(run=run, now=now)
     if inputs.missing or not inputs.current_s:
         return row
     costs = {"delta_s": inputs.delta_s, "mtbf_s": inputs.mtbf_s, "restart_s": inputs.restart_s}
@@ -204,11 +206,11 @@ def _run_levers(run, *, now: datetime) -> dict | None:
     }
 
 
-def _run_checkpoint_io(run, *, now: datetime) -> dict:
+def _run_checkpoint_io(run, inputs: AdviceInputs, *, now: datetime) -> dict:
     """The run's checkpoint I/O (runs.selectors.run_checkpoint_io_get, the run page's and the API's source) over its
     whole record up to `now`: its writes' medians and counts, what it warns of, and the design that meets the target
     or the best one's shortfall and limiting hop."""
-    found = run_checkpoint_io_get(run=run, now=now)
+    found = run_checkpoint_io_get(run=run, now=now, inputs=inputs)
     record, pricing = found.record, found.pricing
     design = pricing and (pricing.chosen or pricing.best)
     return {

@@ -304,7 +304,8 @@ def _note_json(note: checkpoint_io.Note) -> dict:
 
 
 def checkpoint_io_json(found: selectors.RunCheckpointIO) -> dict:
-    """The run's checkpoint I/O as the API and the weekly report write it (seconds, bytes, GB/s, shares)."""
+    """The run's checkpoint I/O as the API writes it (seconds, bytes, GB/s, shares); the weekly report writes its own
+    summary of the same RunCheckpointIO (incidents.reports.selectors)."""
     record, pricing = found.record, found.pricing
     body = {
         "since": found.since,
