@@ -13,6 +13,8 @@ import plotly
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
+from runs.domain.retention import rank_age_check
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -151,6 +153,9 @@ EVENTS_LATE_FLAG_S = env.float("EVENTS_LATE_FLAG_S", default=24 * 3600.0)
 EVENTS_RAW_RETENTION_DAYS = env.int("EVENTS_RAW_RETENTION_DAYS", default=14)
 if EVENTS_RAW_RETENTION_DAYS < 1:
     raise ImproperlyConfigured("EVENTS_RAW_RETENTION_DAYS must be at least 1: the detectors read the last hours")
+# The per-rank samples (rank.step_time, rank.grad_norm) alone, in hours: most of a big fleet's stream, read by the
+# detectors for minutes (checked below, once their windows are set). Heartbeats and GPU health keep the days above.
+EVENTS_RANK_RETENTION_HOURS = env.int("EVENTS_RANK_RETENTION_HOURS", default=EVENTS_RAW_RETENTION_DAYS * 24)
 EVENTS_PRUNE_BATCH = env.int("EVENTS_PRUNE_BATCH", default=10_000)
 # Who hears "events applied": Celery tasks, by dotted path, looked up at run time and queued with the event ids once
 # the record holds them (in-process where there is no broker). The record (runs) never imports its listeners.
@@ -370,6 +375,14 @@ STRAGGLER_WINDOW_S = env.float("STRAGGLER_WINDOW_S", default=300.0)
 STRAGGLER_CONSECUTIVE = env.int("STRAGGLER_CONSECUTIVE", default=3)
 SDC_REL_TOLERANCE = env.float("SDC_REL_TOLERANCE", default=0.05)
 SDC_REPEATS = env.int("SDC_REPEATS", default=3)
+try:
+    rank_age_check(
+        timedelta(hours=EVENTS_RANK_RETENTION_HOURS),
+        straggler_window_s=STRAGGLER_WINDOW_S,
+        straggler_consecutive=STRAGGLER_CONSECUTIVE,
+    )
+except ValueError as exc:
+    raise ImproperlyConfigured(f"EVENTS_RANK_RETENTION_HOURS is too small: {exc}") from exc
 LEMON_WINDOW_S = env.float("LEMON_WINDOW_S", default=7 * 86400.0)
 LEMON_THRESHOLD = env.int("LEMON_THRESHOLD", default=3)
 # A repair's usual length in hours, until the cluster's own repairs say otherwise (the spare pool size).

@@ -5,19 +5,25 @@ Why not PostgreSQL partitioning of runs_event by time: the intake's dedup is a g
 partitioned table, so partitioning by time would only dedupe within a partition. docs/PERFORMANCE.md says more,
 and what one would do at ten times the volume.
 
-What is pruned: rank.step_time, rank.grad_norm, gpu.health and node.heartbeat events received longer ago than the
-retention age (so they happened that long ago too), once applied and seen by the detectors. Everything else is the
-record's source of truth and stays: run_lifecycle_rebuild re-reads run.*, and checkpoint.*, gpu.xid, gpu.ecc,
-node.state, run.step and healthcheck.result feed the record or the pages. The newest heartbeat of each node and the
-newest health sample of each GPU stay whatever their age (the record's Node.last_heartbeat_at and GPU.health_at
-tell which those are), so that `manage.py rebuild_record` still finds them and the health detector still has a
-previous reading to compare with. The detectors read only the last minutes of rank samples (stragglers:
-STRAGGLER_WINDOW_S x STRAGGLER_CONSECUTIVE; SDC: the last steps), far inside a retention of a day or more
-(settings refuse less).
+What is pruned: rank.step_time, rank.grad_norm, gpu.health and node.heartbeat events received longer ago than their
+type's retention age (so they happened that long ago too), once applied and seen by the detectors. Rank samples have
+an age of their own (`rank_older_than`, EVENTS_RANK_RETENTION_HOURS: hours, for a big fleet where they are most of the
+stream); heartbeats and health keep the raw age (`older_than`, EVENTS_RAW_RETENTION_DAYS: a day at least), and so do
+rank samples unless given their own. Everything else is the record's source of truth and stays:
+run_lifecycle_rebuild re-reads run.*, and checkpoint.*, gpu.xid, gpu.ecc, node.state, run.step and healthcheck.result
+feed the record or the pages. The newest heartbeat of each node and the newest health sample of each GPU stay
+whatever their age (the record's Node.last_heartbeat_at and GPU.health_at tell which those are), so that
+`manage.py rebuild_record` still finds them and the health detector still has a previous reading to compare with.
+The detectors read only the last minutes of rank samples (stragglers: STRAGGLER_WINDOW_S x STRAGGLER_CONSECUTIVE;
+SDC: the last steps): a rank age under an hour or the stragglers' span is refused (runs.domain.retention, here and
+in the settings alike).
 
 Safe while ingest goes on and safe to run twice: each batch locks its rows (SKIP LOCKED), adds them to their
 rollups and deletes them in one transaction, so a row is counted once or, after a crash, not at all and still
 there. A batch is one range of ids holding `batch_size` stored rows: a transaction never deletes more than that.
+The walk ends at the later of the two cutoffs, so that it reaches every row eligible under either, and each row is
+checked against its own type's cutoff. Where the rank age is the shorter, each run therefore also reads the rows
+received between the two cutoffs, of which only the rank samples can go: the walk's cost follows the raw age.
 """
 
 from collections.abc import Iterable
@@ -25,11 +31,13 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 import psycopg
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Exists, IntegerField, OuterRef, Q
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 
+from runs.domain.retention import rank_age_check
 from runs.models import GPU, Event, EventRollup, Node
 
 # type -> the data field whose value is summarised (None: counted only)
@@ -86,6 +94,13 @@ def rollups_fold(rows: Iterable[tuple[str, str, str, datetime, dict]]) -> dict[K
     return folded
 
 
+def rank_hours_own() -> int | None:
+    """EVENTS_RANK_RETENTION_HOURS where it gives rank samples an age of their own; None where they keep the raw age
+    (EVENTS_RAW_RETENTION_DAYS x 24, its default)."""
+    hours = settings.EVENTS_RANK_RETENTION_HOURS
+    return None if hours == settings.EVENTS_RAW_RETENTION_DAYS * 24 else hours
+
+
 @dataclass(frozen=True)
 class PruneResult:
     deleted: int  # raw events summed into rollups and deleted
@@ -94,22 +109,34 @@ class PruneResult:
 
 
 def events_prune(
-    *, now: datetime, older_than: timedelta, batch_size: int = 10_000, max_batches: int | None = None
+    *,
+    now: datetime,
+    older_than: timedelta,
+    rank_older_than: timedelta | None = None,
+    batch_size: int = 10_000,
+    max_batches: int | None = None,
 ) -> PruneResult:
-    """Roll up and delete raw high-rate events older than `older_than` at `now`; see the module docstring.
+    """Roll up and delete raw high-rate events older than `older_than` at `now`, rank samples older than
+    `rank_older_than` (None: `older_than` too); see the module docstring.
 
     Walks the ids from the oldest up, `batch_size` stored rows (of any type) a transaction; `max_batches` bounds
     one call (the next call goes on where the rows still are).
     """
+    rank_older_than = older_than if rank_older_than is None else rank_older_than
     if older_than < timedelta(days=1):
         raise ValueError("older_than must be at least a day: the detectors read the last hours of samples")
+    rank_age_check(
+        rank_older_than,
+        straggler_window_s=settings.STRAGGLER_WINDOW_S,
+        straggler_consecutive=settings.STRAGGLER_CONSECUTIVE,
+    )
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
-    cutoff = now - older_than
+    cutoff, rank_cutoff = now - older_than, now - rank_older_than
     low = Event.objects.order_by("id").values_list("id", flat=True).first()
     if low is None:
         return PruneResult(0, 0, 0)
-    stop = _first_received_since(cutoff, low)
+    stop = _first_received_since(max(cutoff, rank_cutoff), low)
     deleted = batches = rollups = walked = 0
     while low < stop and (max_batches is None or walked < max_batches):
         # The range holds `batch_size` stored rows: the cost follows the rows left, not the span of ids deleted.
@@ -119,7 +146,7 @@ def events_prune(
             ).first()
             or stop
         )
-        n, r = _prune_range(low, high, cutoff)
+        n, r = _prune_range(low, high, cutoff=cutoff, rank_cutoff=rank_cutoff)
         deleted, rollups, batches, walked = deleted + n, rollups + r, batches + (1 if n else 0), walked + 1
         low = high
     return PruneResult(deleted, batches, rollups)
@@ -143,7 +170,7 @@ def _first_received_since(cutoff: datetime, low: int) -> int:
     return high
 
 
-def _eligible(cutoff: datetime) -> Q:
+def _eligible(*, cutoff: datetime, rank_cutoff: datetime) -> Q:
     # A series' newest heartbeat or health sample stays (module docstring). The record already knows each node's
     # newest heartbeat and each GPU's newest health time (both folded from applied events, newest wins), so "a
     # newer one exists" is one lookup in those small tables rather than a search of the event log.
@@ -152,19 +179,19 @@ def _eligible(cutoff: datetime) -> Q:
         node__hostname=OuterRef("node_name"), index=OuterRef("gpu_index"), health_at__gt=OuterRef("time")
     )
     return (
-        # Received before the cutoff, hence happened before it too (the intake never stores a time ahead of its
+        # Received before its type's cutoff, hence happened before it too (the intake never stores a time ahead of its
         # receipt). No condition on time itself: the planner would AND a scan of the (run_name, type, time) index.
-        Q(received_at__lt=cutoff, applied_at__isnull=False, detected_at__isnull=False)
+        Q(applied_at__isnull=False, detected_at__isnull=False)
         & Q(error="")
         & (
-            Q(type__in=RANK_TYPES)
-            | (Q(type="node.heartbeat") & Exists(newer_heartbeat))
-            | (Q(type="gpu.health") & Exists(newer_health))
+            Q(type__in=RANK_TYPES, received_at__lt=rank_cutoff)
+            | (Q(type="node.heartbeat", received_at__lt=cutoff) & Exists(newer_heartbeat))
+            | (Q(type="gpu.health", received_at__lt=cutoff) & Exists(newer_health))
         )
     )
 
 
-def _prune_range(low: int, high: int, cutoff: datetime) -> tuple[int, int]:
+def _prune_range(low: int, high: int, *, cutoff: datetime, rank_cutoff: datetime) -> tuple[int, int]:
     """One transaction: lock the eligible events with low <= id < high, add them to their rollups, delete them."""
     with transaction.atomic():
         if connection.vendor == "postgresql":
@@ -175,7 +202,7 @@ def _prune_range(low: int, high: int, cutoff: datetime) -> tuple[int, int]:
         rows = list(
             Event.objects.select_for_update(skip_locked=True)
             .annotate(gpu_index=Cast(KT("data__gpu"), IntegerField()))
-            .filter(_eligible(cutoff), id__gte=low, id__lt=high)
+            .filter(_eligible(cutoff=cutoff, rank_cutoff=rank_cutoff), id__gte=low, id__lt=high)
             .order_by("id")
             .values_list("id", "type", "run_name", "node_name", "time", "data")
         )

@@ -55,10 +55,12 @@ def _enqueue(task, event_ids: list[int], *, what: str) -> None:
 
 @shared_task(name="runs.tasks.prune_events", acks_late=True)
 def prune_events() -> int:
-    """Retention (beat, hourly): raw high-rate events past EVENTS_RAW_RETENTION_DAYS summed per day, then deleted."""
+    """Retention (beat, hourly): raw high-rate events past EVENTS_RAW_RETENTION_DAYS (rank samples: past
+    EVENTS_RANK_RETENTION_HOURS) summed per day, then deleted."""
     result = events_prune(
         now=timezone.now(),
         older_than=timedelta(days=settings.EVENTS_RAW_RETENTION_DAYS),
+        rank_older_than=timedelta(hours=settings.EVENTS_RANK_RETENTION_HOURS),
         batch_size=settings.EVENTS_PRUNE_BATCH,
     )
     return result.deleted

@@ -7,6 +7,7 @@ from django.shortcuts import get_object_or_404, render
 from incidents.domain.xid import XidSample, dedupe_xids
 from runs import selectors
 from runs.models import Node
+from runs.retention import rank_hours_own
 
 
 @login_required
@@ -19,6 +20,7 @@ def node_detail(request, hostname):
         "events": selectors.node_recent_events(node=node),
         "rollups": selectors.node_rollups_get(node=node),
         "raw_retention_days": settings.EVENTS_RAW_RETENTION_DAYS,
+        "rank_retention_hours": rank_hours_own(),
         **_xid_history(node),
         "alerts": alerts,
         # Statistical evidence against the node: slow ranks, disagreeing gradients, too many interruptions.

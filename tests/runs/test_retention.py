@@ -14,6 +14,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from runs.domain.cloudevents import parse_events
+from runs.domain.retention import rank_age_check
 from runs.models import GPU, Event, EventRollup, Node
 from runs.retention import RANK_TYPES, RAW_TYPES, events_prune, rollups_fold
 from runs.services import events_ingest, record_rebuild
@@ -243,22 +244,91 @@ def test_the_command_prunes_what_is_older_than_its_days(stored, capsys):
 
 
 def test_the_task_prunes_by_the_settings(stored, settings):
-    settings.EVENTS_RAW_RETENTION_DAYS = 30
+    settings.EVENTS_RAW_RETENTION_DAYS, settings.EVENTS_RANK_RETENTION_HOURS = 30, 30 * 24
     assert prune_events() == 0
+    settings.EVENTS_RANK_RETENTION_HOURS = 6  # the 20-day-old rank samples go; heartbeats and health keep 30 days
+    assert prune_events() == 10
     settings.EVENTS_RAW_RETENTION_DAYS, settings.EVENTS_PRUNE_BATCH = 14, 7
-    assert prune_events() == 20
+    assert prune_events() == 10
     assert prune_events() == 0
+
+
+RANK_AGE = timedelta(hours=6)
+
+
+def test_rank_samples_go_at_their_own_age_and_heartbeats_keep_theirs(db, django_capture_on_commit_callbacks):
+    def ago(hours: float) -> datetime:
+        return NOW - timedelta(hours=hours)
+
+    # In order of arrival (ids grow with it), between the story's old samples and its last three, an hour ago.
+    between = [
+        _event(960, "rank.step_time", ago(8), run="r1", rank=0, node="n1", step=2, seconds=7.5),
+        _event(961, "rank.grad_norm", ago(8), run="r1", rank=0, node="n1", step=2, value=2.5),
+        _event(962, "node.heartbeat", ago(8), node="n1"),  # not n1's newest: that one came an hour ago
+        _event(963, "rank.step_time", ago(5), run="r1", rank=1, node="n1", step=3, seconds=6.5),
+    ]
+    raw = story()
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest(raw[:-3] + between + raw[-3:])
+    result = events_prune(now=NOW, older_than=RETAIN, rank_older_than=RANK_AGE)
+    # The 20 old raw samples as with one age, and the two rank samples of 8 hours ago.
+    assert result.deleted == 20 + 2
+    kept = set(Event.objects.filter(type__in=RAW_TYPES).values_list("event_id", flat=True))
+    assert {"e960", "e961"}.isdisjoint(kept) and {"e962", "e963", "e902"} <= kept
+    day = ago(8).astimezone(UTC).date()
+    steps = EventRollup.objects.get(type="rank.step_time", day=day, run_name="r1", node_name="n1", rank=0)
+    assert (steps.count, steps.value_min, steps.value_max, steps.value_sum) == (1, 7.5, 7.5, 7.5)
+    assert (steps.first_at, steps.last_at) == (ago(8), ago(8))
+    norms = EventRollup.objects.get(type="rank.grad_norm", day=day, rank=0)
+    assert (norms.count, norms.value_sum) == (1, 2.5)
+    assert not EventRollup.objects.filter(type="node.heartbeat", day=day).exists()
+
+
+def test_it_refuses_rank_samples_kept_shorter_than_the_detectors_read(db, settings):
+    with pytest.raises(ValueError, match="rank samples must be kept at least 1 h, not 0.5 h"):
+        events_prune(now=NOW, older_than=RETAIN, rank_older_than=timedelta(minutes=30))
+    settings.STRAGGLER_WINDOW_S, settings.STRAGGLER_CONSECUTIVE = 1800.0, 3
+    with pytest.raises(ValueError, match=r"at least 1.5 h, not 1 h: .* 3 windows of 1800 s \(1.5 h\)"):
+        events_prune(now=NOW, older_than=RETAIN, rank_older_than=timedelta(hours=1))
+    assert events_prune(now=NOW, older_than=RETAIN, rank_older_than=timedelta(hours=2)).deleted == 0
+    with pytest.raises(CommandError, match="--rank-hours 1: rank samples must be kept at least 1.5 h"):
+        call_command("prune_events", "--rank-hours", "1")
+
+
+def test_the_settings_refuse_a_rank_age_shorter_than_the_detectors_read():
+    # fleetops/settings.py turns this ValueError into ImproperlyConfigured for EVENTS_RANK_RETENTION_HOURS.
+    rank_age_check(timedelta(hours=1), straggler_window_s=300.0, straggler_consecutive=3)
+    with pytest.raises(ValueError, match=r"at least 1 h, not 0 h: the detectors read back an hour at least"):
+        rank_age_check(timedelta(hours=0), straggler_window_s=300.0, straggler_consecutive=3)
+    rank_age_check(timedelta(hours=3), straggler_window_s=3600.0, straggler_consecutive=3)
+    with pytest.raises(ValueError, match=r"at least 3 h, not 2 h: .* 3 windows of 3600 s \(3 h\)"):
+        rank_age_check(timedelta(hours=2), straggler_window_s=3600.0, straggler_consecutive=3)
+
+
+def test_the_command_prunes_rank_samples_by_their_hours(stored, capsys):
+    call_command("prune_events", "--days", "30", "--rank-hours", "6")
+    assert capsys.readouterr().out.startswith("Pruned 10 raw events older than 30 days (rank samples 6 hours) in ")
+    assert not Event.objects.filter(type="rank.grad_norm").exists()
+    assert Event.objects.filter(type="node.heartbeat").count() == stored["node.heartbeat"]
 
 
 def test_the_node_page_shows_the_rolled_up_days(stored, client, django_user_model):
     events_prune(now=NOW, older_than=RETAIN)
     client.force_login(django_user_model.objects.create_user("oncall"))
     page = client.get("/nodes/n1").content.decode()
-    assert 'id="node-rollups"' in page and "raw samples are kept 14 days" in page
+    assert 'id="node-rollups"' in page and "raw samples are kept 14 days, then summed" in page
     row = page.split(f'id="rollup-{OLD.date():%Y-%m-%d}-gpuhealth"')[1].split("</tr>")[0]
     # GPU 0's three samples and GPU 1's two older ones: 60, 64, 62, 60, 64 °C; whole, so no decimals.
     assert [cell.split(">")[-1] for cell in row.split("</td>")[:-1]][2:] == ["5", "60", "62", "64"]
     assert client.get("/nodes/n2").content.decode().count('id="rollup-') == 1  # heartbeats only
+
+
+def test_the_node_page_says_the_rank_samples_own_age(stored, client, django_user_model, settings):
+    settings.EVENTS_RANK_RETENTION_HOURS = 6
+    client.force_login(django_user_model.objects.create_user("oncall"))
+    events_prune(now=NOW, older_than=RETAIN, rank_older_than=timedelta(hours=6))
+    page = client.get("/nodes/n1").content.decode()
+    assert "rank samples are kept 6 hours, heartbeats and health 14 days, then summed here" in page
 
 
 @pytest.mark.django_db(transaction=True)
