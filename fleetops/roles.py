@@ -6,7 +6,8 @@ ADMIN = "admin"
 GROUPS = (VIEWER, ONCALL, ADMIN)
 
 
-def _groups(user) -> set[str]:
+def roles(user) -> set[str]:
+    """The person's groups, read once a request."""
     if not getattr(user, "is_authenticated", False):
         return set()
     cached = getattr(user, "_fleetops_groups", None)
@@ -18,8 +19,8 @@ def _groups(user) -> set[str]:
 
 def can_act(user) -> bool:
     """May acknowledge, assign, note, resolve: on-call engineers and admins."""
-    return bool(getattr(user, "is_superuser", False)) or bool(_groups(user) & {ONCALL, ADMIN})
+    return bool(getattr(user, "is_superuser", False)) or bool(roles(user) & {ONCALL, ADMIN})
 
 
 def is_admin(user) -> bool:
-    return bool(getattr(user, "is_superuser", False)) or ADMIN in _groups(user)
+    return bool(getattr(user, "is_superuser", False)) or ADMIN in roles(user)

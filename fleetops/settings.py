@@ -13,8 +13,6 @@ import plotly
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
-from runs.domain.retention import rank_age_check
-
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -62,6 +60,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "fleetops.pagecache.ConsoleWritesMiddleware",  # a browser's own writes: its next pages read anew
     "fleetops.console.preferences.TimeZoneMiddleware",  # times in the signed-in person's zone (UTC by default)
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -83,6 +82,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "fleetops.pagecache.page_context",
             ],
         },
     },
@@ -154,7 +154,8 @@ EVENTS_RAW_RETENTION_DAYS = env.int("EVENTS_RAW_RETENTION_DAYS", default=14)
 if EVENTS_RAW_RETENTION_DAYS < 1:
     raise ImproperlyConfigured("EVENTS_RAW_RETENTION_DAYS must be at least 1: the detectors read the last hours")
 # The per-rank samples (rank.step_time, rank.grad_norm) alone, in hours: most of a big fleet's stream, read by the
-# detectors for minutes (checked below, once their windows are set). Heartbeats and GPU health keep the days above.
+# detectors for minutes (checked against their windows when the app loads: runs.apps). Heartbeats and GPU health
+# keep the days above.
 EVENTS_RANK_RETENTION_HOURS = env.int("EVENTS_RANK_RETENTION_HOURS", default=EVENTS_RAW_RETENTION_DAYS * 24)
 EVENTS_PRUNE_BATCH = env.int("EVENTS_PRUNE_BATCH", default=10_000)
 # Who hears "events applied": Celery tasks, by dotted path, looked up at run time and queued with the event ids once
@@ -209,7 +210,17 @@ SPECTACULAR_SETTINGS = {
 # keyed by a version of that record (runs.selectors.run_record_version), so processes never disagree, they only
 # each compute once; 300 entries: a 54-day run's page is ~0.3 MB of them. Not the broker's Redis: clearing a cache
 # there would flush the task queue with it.
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "OPTIONS": {"MAX_ENTRIES": 300}}}
+# "pages": the console's pages kept PAGE_CACHE_S seconds per signed-in browser (fleetops/pagecache.py), apart
+# so that twenty people's pages never push the record's figures out; 200 pages (the overview of 16,384 nodes is ~2 MB).
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "OPTIONS": {"MAX_ENTRIES": 300}},
+    "pages": {
+        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+        "LOCATION": "pages",
+        "OPTIONS": {"MAX_ENTRIES": 200},
+    },
+}
+PAGE_CACHE_S = env.int("PAGE_CACHE_S", default=5)  # the board's own poll: 0 turns the page cache off
 
 # --- Celery ---
 # Without Redis the broker is a folder (kombu's filesystem transport): the embedded default needs no server at all.
@@ -375,14 +386,6 @@ STRAGGLER_WINDOW_S = env.float("STRAGGLER_WINDOW_S", default=300.0)
 STRAGGLER_CONSECUTIVE = env.int("STRAGGLER_CONSECUTIVE", default=3)
 SDC_REL_TOLERANCE = env.float("SDC_REL_TOLERANCE", default=0.05)
 SDC_REPEATS = env.int("SDC_REPEATS", default=3)
-try:
-    rank_age_check(
-        timedelta(hours=EVENTS_RANK_RETENTION_HOURS),
-        straggler_window_s=STRAGGLER_WINDOW_S,
-        straggler_consecutive=STRAGGLER_CONSECUTIVE,
-    )
-except ValueError as exc:
-    raise ImproperlyConfigured(f"EVENTS_RANK_RETENTION_HOURS is too small: {exc}") from exc
 LEMON_WINDOW_S = env.float("LEMON_WINDOW_S", default=7 * 86400.0)
 LEMON_THRESHOLD = env.int("LEMON_THRESHOLD", default=3)
 # A repair's usual length in hours, until the cluster's own repairs say otherwise (the spare pool size).

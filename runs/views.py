@@ -10,6 +10,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from fleetops.pagecache import page_cached
 from fleetops.roles import is_admin
 from runs import charts, selectors, services
 from runs.domain import quality
@@ -18,6 +19,7 @@ from runs.models import Event
 
 
 @login_required
+@page_cached
 def fleet(request):
     form = WindowForm(request.GET or None, initial={"days": 30})
     days = form.cleaned_data["days"] if form.is_bound and form.is_valid() and form.cleaned_data["days"] else 30

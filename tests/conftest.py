@@ -52,6 +52,13 @@ def _empty_cache():
     cache.clear()
 
 
+@pytest.fixture(autouse=True)
+def _pages_not_kept(settings):
+    """Pages are read anew on every request, as most tests assert what a page shows right after an event;
+    tests/console/test_page_cache.py turns the page cache on."""
+    settings.PAGE_CACHE_S = 0
+
+
 @pytest.fixture
 def writer(db) -> APIClient:
     client = APIClient()

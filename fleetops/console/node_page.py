@@ -4,6 +4,7 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, render
 
+from fleetops.pagecache import page_cached
 from incidents.domain.xid import XidSample, dedupe_xids
 from runs import selectors
 from runs.models import Node
@@ -11,6 +12,7 @@ from runs.retention import rank_hours_own
 
 
 @login_required
+@page_cached
 def node_detail(request, hostname):
     node = get_object_or_404(Node.objects.select_related("cluster"), hostname=hostname)
     alerts = list(node.alerts.select_related("incident", "gpu").order_by("status", "-last_seen_at")[:50])

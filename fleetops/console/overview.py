@@ -17,6 +17,7 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.vary import vary_on_headers
 
 from fleetops import paging
+from fleetops.pagecache import page_cached
 from incidents import selectors as incident_selectors
 from incidents.playbooks import spares
 from runs import selectors
@@ -28,6 +29,7 @@ RUNS_PAGE = 25  # rows of the overview's run table a page: a fleet's months of r
 
 @login_required
 @vary_on_headers("HX-Request")
+@page_cached
 def overview(request):
     if request.htmx and not request.htmx.history_restore_request and request.GET.get("part") == "live":
         # The figures' 10 s refresh: not the run table's reads, which refresh on their own poll.

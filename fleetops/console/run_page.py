@@ -11,6 +11,7 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.utils.html import json_script
 
+from fleetops.pagecache import page_cached
 from incidents.models import StepExecution
 from runs import charts, selectors
 from runs.domain import advisor, goodput
@@ -22,6 +23,7 @@ INTERRUPTIONS_SHOWN = 20  # the run page's latest interruptions, as many as atte
 
 
 @login_required
+@page_cached
 def run_detail(request, name):
     run = get_object_or_404(Run.objects.select_related("cluster"), name=name)
     now = timezone.now()

@@ -13,6 +13,7 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from fleetops import paging
+from fleetops.pagecache import page_cached
 from fleetops.roles import can_act
 from incidents import selectors, services
 from incidents.models import Incident
@@ -49,6 +50,7 @@ class BoardFilterForm(forms.Form):
 
 @login_required
 @vary_on_headers("HX-Request")
+@page_cached
 def board(request):
     return _board(request)
 

@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
+from fleetops.pagecache import page_cached
 from fleetops.roles import can_act, is_admin
 from incidents import selectors, services
 from incidents.domain.playbooks import PLAYBOOKS
@@ -23,6 +24,7 @@ PLAYBOOK_CHOICES = [(name, definition["title"]) for name, definition in PLAYBOOK
 
 @login_required
 @vary_on_headers("HX-Request")
+@page_cached(personal=lambda request, pk: str(request.user.pk) if can_act(request.user) else "")
 def incident_page(request, pk):
     incident = get_object_or_404(Incident.objects.select_related("run", "commander"), pk=pk)
     part = request.GET.get("part")

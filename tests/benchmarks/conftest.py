@@ -30,6 +30,9 @@ from django.db import connection, connections
 
 from runs.domain.simulator import SimulationConfig, Summary, simulate
 
+# The pages benchmarks' static files, collected once a session.
+from .pageload import static_files  # noqa: F401 -- a fixture
+
 BENCH_DATABASE = "fleetops_bench"  # ours to create, and to drop and rebuild
 CONFIG = SimulationConfig()  # = manage.py simulate --gpus 16384 --days 54 --seed 1
 LOAD_RECORD = Path(settings.BASE_DIR) / "var" / "bench-load.json"  # how long the cached load took

@@ -56,7 +56,7 @@ from .servers import (
     purge_queues,
 )
 
-DATABASE = "fleetops_bench_scale"  # ours: created when missing, kept (the 131,072-GPU run will live here)
+DATABASE = "fleetops_bench_scale"  # ours: created when missing, kept (the 14-day run: fleetops_bench_frontier)
 CONFIG = frontier_config()
 RATES = AT_SCALE
 STREAM_START_S = 86_400  # a day into the run, on a gradient-norm step: the burst comes in the stream's 2nd second
