@@ -11,9 +11,9 @@ What a kept page promises:
   its figures were read, so a kept page shows its own age.
 - It is the page this person would have been shown: it is shared only by people with the same roles (groups, staff,
   superuser) and time zone, on the same path and htmx request; a page that shows more of who someone is says so
-  (`personal`: the incident page offers "assign to me" and "take command" by who one is, to those who can act). What
-  is anyone's own in every page, their name and their CSRF token, is rendered as a placeholder and put in for each
-  request (`_personal`).
+  (`personal`: the incident page offers "assign to me" and "take command" to those who can act, unless they are
+  assigned or command it: on-call engineers in the same place share it). What is anyone's own in every page, their
+  name and their CSRF token, is rendered as a placeholder and put in for each request (`_personal`).
 - What this person just did shows at once: any write of theirs through the console (a POST, PUT, PATCH or DELETE
   that did not fail) stamps their session; a kept page older than their last write is read anew for them (and kept
   for the others), whichever server process answers (the session is in the database; each process keeps its pages).

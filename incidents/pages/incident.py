@@ -6,6 +6,7 @@ changes nothing but leaves an audit entry (services.action_refused) and answers 
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db.models import Exists, OuterRef
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -24,7 +25,7 @@ PLAYBOOK_CHOICES = [(name, definition["title"]) for name, definition in PLAYBOOK
 
 @login_required
 @vary_on_headers("HX-Request")
-@page_cached(personal=lambda request, pk: str(request.user.pk) if can_act(request.user) else "")
+@page_cached(personal=lambda request, pk: _who(request, pk))
 def incident_page(request, pk):
     incident = get_object_or_404(Incident.objects.select_related("run", "commander"), pk=pk)
     part = request.GET.get("part")
@@ -38,6 +39,17 @@ def incident_page(request, pk):
         template = "incidents/incident.html#incident-playbooks-acted"
         return polling_partial(request, template, context, polling=context["playbooks_active"])
     return render(request, "incidents/incident.html", context)
+
+
+def _who(request, pk) -> str:
+    """What of the person the incident page shows besides their role: to those who can act, "assign to me" unless
+    they are assigned and "take command" unless they command it. Everyone else in their place shares the page."""
+    if not can_act(request.user):
+        return ""
+    assigned = Incident.assignees.through.objects.filter(incident_id=OuterRef("pk"), user_id=request.user.pk)
+    found = Incident.objects.filter(pk=pk).values_list("commander_id", Exists(assigned)).first()
+    commander_id, is_assignee = found or (None, False)
+    return f"commands={commander_id == request.user.pk},assigned={is_assignee}"
 
 
 def _part_context(request, incident: Incident, part: str) -> dict:

@@ -48,6 +48,11 @@ def bob(db, django_user_model) -> Client:
 
 
 @pytest.fixture
+def cid(db, django_user_model) -> Client:
+    return _browser(django_user_model, "cid", "oncall")
+
+
+@pytest.fixture
 def vic(db, django_user_model) -> Client:
     return _browser(django_user_model, "vic", "viewer")
 
@@ -131,18 +136,23 @@ def test_people_of_other_roles_get_other_pages(ana, vic):
     assert "<span>ana</span>" in ana_page and "<span>vic</span>" in vic_page
 
 
-def test_the_incident_page_is_their_own_to_those_who_can_act(ana, bob, django_user_model):
+def test_the_incident_page_follows_who_commands_it_and_who_is_assigned(ana, bob, cid, django_user_model):
     incident = _incident(1)
     incident.commander = django_user_model.objects.get(username="ana")
     incident.save()
-    ana_page = ana.get(incident.get_absolute_url()).content.decode()
-    bob_page = bob.get(incident.get_absolute_url()).content.decode()
-    assert 'id="action-command"' not in ana_page  # she commands it already
-    assert 'id="action-command"' in bob_page
-    # The board shows nothing of who they are: the two share it.
-    ana.get("/incidents/")
-    _incident(2)
-    assert "kept page #2" not in bob.get("/incidents/").content.decode()
+    url = incident.get_absolute_url()
+    ana_page, bob_page = ana.get(url).content.decode(), bob.get(url).content.decode()
+    assert 'id="action-command"' not in ana_page and 'id="action-assign"' in ana_page  # she commands it already
+    assert 'id="action-command"' in bob_page and 'id="action-assign"' in bob_page
+    incident.assignees.add(django_user_model.objects.get(username="bob"))  # by someone else: no write of bob's
+    bob_page = bob.get(url).content.decode()
+    assert 'id="action-command"' in bob_page and 'id="action-assign"' not in bob_page
+    # Cid, on call too, neither commands nor is assigned: he shares what bob was shown before.
+    cid_page = cid.get(url).content.decode()
+    assert 'id="action-assign"' in cid_page and "<span>cid</span>" in cid_page
+    incident.title = "renamed"
+    incident.save()
+    assert "renamed" not in cid.get(url).content.decode()  # kept: the place he shares was read a moment ago
 
 
 def test_the_htmx_poll_and_the_whole_page_are_kept_apart(ana):
