@@ -52,13 +52,14 @@ _SAFE = ("GET", "HEAD", "OPTIONS", "TRACE")
 def page_cached(view=None, *, personal: Callable[..., str] | None = None):
     """Decorate a GET page view (under login_required): answer from the cache when the same page was read for
     someone who would see the same within PAGE_CACHE_S. `personal(request, *args, **kwargs)`, if given, says what
-    else of the person the page depends on (the incident page: who they are, if they can act)."""
+    else of the person the page depends on (the incident page: whether they command it or are assigned, if they can
+    act); it is asked only when the page may be kept."""
     if view is None:
         return functools.partial(page_cached, personal=personal)
 
     @functools.wraps(view)
     def wrapped(request, *args, **kwargs):
-        key = _key(request, personal(request, *args, **kwargs) if personal else "")
+        key = _key(request, functools.partial(personal, request, *args, **kwargs) if personal else None)
         if key is None:
             return view(request, *args, **kwargs)
         store = caches[CACHE]
@@ -110,7 +111,7 @@ def _signed_in(request) -> bool:
     return bool(user is not None and user.is_authenticated and request.session.session_key)
 
 
-def _key(request, personal: str) -> str | None:
+def _key(request, personal: Callable[[], str] | None) -> str | None:
     if settings.PAGE_CACHE_S <= 0 or request.method != "GET" or not _signed_in(request):
         return None
     if not request.COOKIES.get(settings.CSRF_COOKIE_NAME):
@@ -122,7 +123,7 @@ def _key(request, personal: str) -> str | None:
         timezone.get_current_timezone_name(),
         ",".join(sorted(roles(user))),
         f"staff={user.is_staff},superuser={user.is_superuser}",
-        personal,
+        personal() if personal else "",
     ]
     return "page:" + hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 

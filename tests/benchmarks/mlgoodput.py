@@ -72,7 +72,9 @@ def map_run(*, job_name: str, events: list[tuple[datetime, str, dict]], timeline
     reported = {0} | {d["step"] for _, t, d in events if t == "run.step"}
     reported |= {d["from_step"] for _, t, d in events if t == "run.restored"}
     number = {step: index for index, step in enumerate(sorted(reported))}
-    blocking = {(c.started_at, c.step): timedelta(seconds=max(c.blocking_s, 0.0)) for c in timeline.checkpoints}
+    # A write that never completed is no checkpoint to the library (nothing to restore from, no save logged).
+    completed = [c for c in timeline.checkpoints if c.blocking_s is not None]
+    blocking = {(c.started_at, c.step): timedelta(seconds=max(c.blocking_s, 0.0)) for c in completed}
 
     logger = MemoryLogger(job_name)
     recorder = GoodputRecorder(job_name, LOG_NAME, logging_enabled=True, cloud_logger=logger)
@@ -94,7 +96,7 @@ def map_run(*, job_name: str, events: list[tuple[datetime, str, dict]], timeline
             steps += 1
         elif kind == "run.completed":
             writes.append((at, order, recorder.record_job_end_time, (at,)))
-    for checkpoint in timeline.checkpoints:
+    for checkpoint in completed:
         seconds = max(checkpoint.blocking_s, 0.0)
         save = _save_entry(job_name, checkpoint.step, seconds)
         writes.append(
@@ -103,7 +105,7 @@ def map_run(*, job_name: str, events: list[tuple[datetime, str, dict]], timeline
     writes.sort(key=lambda write: write[:2])
     for _at, _order, write, args in writes:
         write(*args)
-    return Mapped(logger, steps, attempts, len(timeline.checkpoints))
+    return Mapped(logger, steps, attempts, len(completed))
 
 
 def _save_entry(job_name: str, step: int, seconds: float) -> dict:
