@@ -210,8 +210,9 @@ SPECTACULAR_SETTINGS = {
 # keyed by a version of that record (runs.selectors.run_record_version), so processes never disagree, they only
 # each compute once; 300 entries: a 54-day run's page is ~0.3 MB of them. Not the broker's Redis: clearing a cache
 # there would flush the task queue with it.
-# "pages": the console's pages kept PAGE_CACHE_S seconds per signed-in browser (fleetops/pagecache.py), apart
-# so that twenty people's pages never push the record's figures out; 200 pages (the overview of 16,384 nodes is ~2 MB).
+# "pages": the console's pages kept PAGE_CACHE_S seconds, shared by the people who would be shown the same
+# (fleetops/pagecache.py), apart so that pages never push the record's figures out; 200 pages (the overview of 16,384
+# nodes is ~1.7 MB).
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "OPTIONS": {"MAX_ENTRIES": 300}},
     "pages": {
