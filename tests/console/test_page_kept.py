@@ -37,29 +37,17 @@ def _browser(django_user_model, name: str, group: str) -> Client:
     return browser
 
 
-@pytest.fixture
-def ana(db, django_user_model) -> Client:
-    return _browser(django_user_model, "ana", "oncall")
+def _person(name: str, group: str):
+    @pytest.fixture(name=name)
+    def person(db, django_user_model) -> Client:
+        return _browser(django_user_model, name, group)
+
+    return person
 
 
-@pytest.fixture
-def bob(db, django_user_model) -> Client:
-    return _browser(django_user_model, "bob", "oncall")
-
-
-@pytest.fixture
-def cid(db, django_user_model) -> Client:
-    return _browser(django_user_model, "cid", "oncall")
-
-
-@pytest.fixture
-def vic(db, django_user_model) -> Client:
-    return _browser(django_user_model, "vic", "viewer")
-
-
-@pytest.fixture
-def val(db, django_user_model) -> Client:
-    return _browser(django_user_model, "val", "viewer")
+# On call (they can act): ana, bob, cid; viewers: vic, val. Each signed in in a browser of their own.
+ana, bob, cid = (_person(name, "oncall") for name in ("ana", "bob", "cid"))
+vic, val = (_person(name, "viewer") for name in ("vic", "val"))
 
 
 def _incident(n: int) -> Incident:
