@@ -41,11 +41,16 @@ run: migrate
 $(TEST_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e ".[dev,training]" 2>&1 \
 		| grep -v "is ignored" || true
-	$(BIN)/python -c "import torch, numpy, lightning, transformers, accelerate"
+	$(BIN)/python -c "import torch, numpy, lightning, transformers, accelerate, xdist"
 	touch $(TEST_STAMP)
 
+# Two passes (tests/conftest.py says which tests are serial): the others on TEST_WORKERS workers, then the serial ones
+# one at a time, as they would run alone. It fails if either pass fails.
+TEST_WORKERS ?= 2
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not serial"; parallel=$$?; \
+	$(BIN)/python -m pytest -m serial; serial=$$?; \
+	[ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
 
 # The benchmark extra (Google's ml-goodput-measurement, the baseline) is installed here only, never for `make test`;
 # the training extra for the restart-loss benchmark's real job.
