@@ -20,27 +20,18 @@ celery_app.conf.task_always_eager = True
 
 # `make test` runs the suite in two passes (Makefile): every other test on two workers, each with its own test
 # database, then the serial ones, one at a time, as they would run alone. A test is serial when
-# - its module asserts how long something took (TIMED_MODULES), or
-# - it asks for what there is one of on the machine (ONE_A_MACHINE): the broker's Redis queues, which a worker of one
-#   test would take another's tasks from, and the loopback Slurm cluster.
+# - it asserts how long something took: marked @pytest.mark.serial where it does; or
+# - it asks for what there is one of on the machine (ONE_A_MACHINE; `worker` comes with `broker`): the broker's Redis
+#   queues, which a worker of one test would take another's tasks from, and the loopback Slurm cluster.
 # Browsers, Prometheus, private PostgreSQL and Redis servers and `manage.py serve` run on free ports, in folders of
 # their own, so those tests share the first pass. (pytest-xdist's --dist loadgroup would keep the one-a-machine tests
 # on one worker beside the rest, but on pytest 9.2 it no longer groups: pytest-dev/pytest-xdist#1386.)
-TIMED_MODULES = (
-    "tests/console/test_big_fleet.py",  # the 16,384-node pages' server time
-    "tests/runs/test_fair_apply.py",  # a flood delays another sender by a bounded time
-    "tests/runs/test_goodput_reference.py",  # the reference model labels a 3 h run in under 2 s
-    "tests/hostile/test_query_params.py",  # each answered in under 2 s
-    "tests/hostile/test_slow_clients.py",  # latency behind nginx against latency calm
-    "tests/client/test_client.py",  # a sample costs under 200 us
-)
-ONE_A_MACHINE = {"broker", "worker", "slurm_cluster"}
+ONE_A_MACHINE = {"broker", "slurm_cluster"}
 
 
 def pytest_itemcollected(item):
     """Marked as each test is collected, before `-m` selects."""
-    timed = item.path.relative_to(item.config.rootpath).as_posix().startswith(TIMED_MODULES)
-    if timed or ONE_A_MACHINE & set(item.fixturenames):
+    if ONE_A_MACHINE & set(item.fixturenames):
         item.add_marker(pytest.mark.serial)
 
 

@@ -146,6 +146,7 @@ def test_the_step_time_is_the_time_between_steps_unless_a_hook_measured_the_comp
     assert set(seconds) == {2, 3} and seconds[2] >= 0.05 and seconds[3] == 0.01
 
 
+@pytest.mark.serial  # timed: a sample costs under 200 us
 def test_a_hung_api_never_holds_the_training_loop_up_and_samples_drop_oldest_first(tmp_path):
     transport = Transport()
     transport.hang.set()

@@ -69,6 +69,7 @@ def _fastest_ms(client, url: str, times: int = 10) -> tuple[float, list[int]]:
     return min(timings), [round(t) for t in timings]
 
 
+@pytest.mark.serial  # timed: the pages' server time
 def test_the_16384_node_incident_renders_under_300_ms_and_the_overview_draws_every_node(ana, big_incident):
     fastest, timings = _fastest_ms(ana, big_incident.get_absolute_url())
     print(f"\nincident page, {NODES:,} nodes and alerts: {timings} ms")

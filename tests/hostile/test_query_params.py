@@ -10,6 +10,7 @@ from incidents.models import TimelineEntry
 from tests.conftest import make_token
 
 
+@pytest.mark.serial  # timed: each answered in under 2 s
 @pytest.mark.reliability(
     "extreme query parameters: costs of 1e307 s, a goodput window from year 1 to 9999, an `until` in the first "
     "days of year 1, an incident id that is not a number",

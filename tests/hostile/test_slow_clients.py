@@ -121,6 +121,7 @@ def _answers(url: str) -> bool:
         return False
 
 
+@pytest.mark.serial  # timed: latency behind nginx against latency calm
 @pytest.mark.reliability(
     "Slow clients: requests trickled a byte at a time",
     how=f"{TRICKLERS} clients each send a POST's headers and then one byte of its body every 0.5 s, against gunicorn "

@@ -9,6 +9,8 @@ import random
 import time
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from tests.runs.goodput_reference import LABELS, SHARED, label_seconds, totals
 
 DAY = datetime(2026, 3, 1, tzinfo=UTC)
@@ -216,6 +218,7 @@ def test_a_run_still_restarting_runs_to_now_and_superseded_attempts_count_nothin
     expect(run_totals(events, now="00:40"), detection=60, rescheduling=540, rewound=1800, wall_clock=2400)
 
 
+@pytest.mark.serial  # timed: under 2 s
 def test_a_three_hour_run_is_labelled_quickly():
     # Speed only: 3 hours, 10 interruptions, 20 checkpoints.
     events = [ev("run.started", "00:00", cluster="c", gpus=8, nodes=["n1"], job_id="0")]
