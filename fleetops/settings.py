@@ -164,6 +164,9 @@ EVENTS_APPLIED_HOOKS = ["incidents.detection.tasks.detect_events"]
 # A sender's turn at applying (runs.services.turn_apply) gives way after this many seconds, or sooner when another
 # sender waits: a flood then delays everyone else by about a chunk, and a worker's other queues get their turn too.
 EVENTS_APPLY_TURN_S = env.float("EVENTS_APPLY_TURN_S", default=1.0)
+# The node agents' polls share one turn (runs.services.turn_of), which starts this long after the first poll waiting
+# in it: what an agent's event (an Xid among them) may wait more to be applied, for a turn a few hundred polls.
+EVENTS_AGENTS_TURN_GATHER_S = env.float("EVENTS_AGENTS_TURN_GATHER_S", default=0.2)
 DATA_UPLOAD_MAX_MEMORY_SIZE = EVENTS_MAX_BODY_BYTES
 # The Alertmanager and PagerDuty intakes (incidents/intake/views.py): largest body, in bytes (PagerDuty's own limit
 # is 512 KB an event), and most alerts in one Alertmanager webhook (set its webhook_config max_alerts to match).

@@ -284,6 +284,9 @@ class Event(models.Model):
     token = models.ForeignKey(
         "ApiToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
+    # The apply turn it waits in until applied (runs.services.turn_of): its token's id, 0 for FleetOps itself, -1 for
+    # a node agent's poll. Empty for events stored before turns had a column: the sweeper applies those.
+    turn = models.BigIntegerField(null=True, blank=True)
     # Set when the sender's time is far from ours (settings.EVENTS_CLOCK_SKEW_FLAG_S): accepted, but flagged.
     skew_s = models.FloatField(
         null=True, blank=True, help_text="Seconds the event's time is ahead of (+) or behind (-) its receipt."
@@ -297,8 +300,8 @@ class Event(models.Model):
             models.Index(fields=["run_name", "time"], name="event_run_time"),  # a run's latest event (its silence)
             models.Index(fields=["node_name", "time"]),
             models.Index(fields=["id"], condition=Q(applied_at__isnull=True), name="event_unapplied"),
-            # Each sender's backlog, oldest first: the fair apply takes a chunk of one sender at a time.
-            models.Index(fields=["token", "id"], condition=Q(applied_at__isnull=True), name="event_unapplied_token"),
+            # Each turn's backlog, oldest first: the fair apply takes a chunk of one turn at a time.
+            models.Index(fields=["turn", "id"], condition=Q(applied_at__isnull=True), name="event_unapplied_turn"),
             # The quarantine (a handful of rows, if any): counted on every overview.
             models.Index(fields=["id"], condition=Q(quarantined_at__isnull=False), name="event_quarantined"),
             # The detection sweeper's backlog (incidents.detection.services.pending_detect): without it, a scan of the
@@ -450,7 +453,8 @@ class TokenQuota(models.Model):
 class ApplyTurn(models.Model):
     """A sender whose events wait to be applied has one turn queued, no more (runs.services.apply_turn_take): the
     apply queue holds a turn per sender, not a task per batch, so a flood from one token waits behind everyone
-    else's next chunk instead of everyone waiting behind the flood. `sender` is the token's id (0: no token)."""
+    else's next chunk instead of everyone waiting behind the flood. `sender` is the turn (runs.services.turn_of): the
+    token's id, 0 for no token, -1 for the node agents' polls together."""
 
     sender = models.BigIntegerField(primary_key=True)
     queued_at = models.DateTimeField()

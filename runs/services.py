@@ -20,7 +20,7 @@ from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from fleetops.celery import task_named
-from runs.domain import cloudevents, lifecycle, quality
+from runs.domain import cloudevents, lifecycle, quality, trust
 from runs.domain.cloudevents import CloudEvent, parse_time
 from runs.models import GPU, ApiToken, ApplyTurn, Attempt, Checkpoint, Cluster, Event, Interruption, Node, Run
 
@@ -36,6 +36,11 @@ APPLY_CHUNK = 500
 LOGGED_AT_INTAKE = frozenset({"rank.step_time", "rank.grad_norm"})
 # A turn queued this long ago lost its message (a broker restart): the sender's next batch queues another.
 TURN_STALE = timedelta(minutes=1)
+# The node agents' small batches wait in one turn together (`turn_of`): at 16,384 nodes they are 546 POSTs a second,
+# each from its own node-bound token, and a turn each would be a task each. A batch this small is a poll's worth (a
+# heartbeat and two readings a GPU; an Xid); larger ones (a spool emptied after an outage) keep their token's own turn.
+AGENTS_TURN = -1
+AGENT_POLL_MAX = 100
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,8 @@ def events_ingest(*, events: list[CloudEvent], backfill: bool = False, token: Ap
     """
     received_at = timezone.now()
     token_id = token.pk if token is not None else None
-    rows = [_event_row(e, received_at, token_id, flag_late=not backfill) for e in events]
+    turn = turn_of(token, len(events))
+    rows = [_event_row(e, received_at, token_id, turn=turn, flag_late=not backfill) for e in events]
     with transaction.atomic():
         if connection.vendor == "postgresql":
             stored = _insert_postgresql(rows)
@@ -66,7 +72,7 @@ def events_ingest(*, events: list[CloudEvent], backfill: bool = False, token: Ap
         if logged:
             _subjects_create(list(logged.values()))
         if len(stored) > len(logged):  # some have something to apply
-            transaction.on_commit(lambda: apply_turn_take(sender=token_id or 0), robust=True)
+            transaction.on_commit(lambda: apply_turn_take(sender=turn), robust=True)
     accepted = [e for e in events if (e.source, e.id) in stored]
     duplicates = [e for e in events if (e.source, e.id) not in stored]
     return IngestResult(accepted=accepted, duplicates=duplicates, event_ids=[stored[e.source, e.id] for e in accepted])
@@ -87,6 +93,7 @@ INTAKE_COLUMNS = (
     "token_id",
     "applied_at",
     "detected_at",
+    "turn",
 )
 
 
@@ -101,10 +108,27 @@ def own_events_ingest(*, events: list[dict], backfill: bool = False) -> IngestRe
     return events_ingest(events=parsed, backfill=backfill)
 
 
-def _event_row(event: CloudEvent, received_at: datetime, token_id: int | None, *, flag_late: bool = True) -> tuple:
-    """The stored row of an event. A time ahead of receipt cannot be true: the sender's clock is fast, so the event
-    (and the timestamps in its data) are moved back to the receipt, and skew_s keeps by how much. A time far behind
-    may be a late delivery (a spool emptied after an outage) or a slow clock: kept as sent, and flagged in skew_s."""
+def turn_of(token: ApiToken | None, count: int) -> int:
+    """The apply turn a batch of `count` events from `token` waits in: its token's own (0: FleetOps itself), but a
+    node agent's poll (a token bound to one node, AGENT_POLL_MAX events or fewer) waits in the agents' shared turn.
+
+    Turns are the unit of fairness: a flood from one token delays another turn's events by about a chunk. The agents'
+    polls give that up among themselves for a turn a chunk of 500 polls rather than a task a poll; a node-bound token
+    speaks for one node only, and a flood of its own in large batches still gets a turn of its own."""
+    if token is None:
+        return 0
+    if token.role == trust.AGENT and token.node and count <= AGENT_POLL_MAX:
+        return AGENTS_TURN
+    return token.pk
+
+
+def _event_row(
+    event: CloudEvent, received_at: datetime, token_id: int | None, *, turn: int | None = None, flag_late: bool = True
+) -> tuple:
+    """The stored row of an event (`turn`: the apply turn it waits in, by default its token's). A time ahead of
+    receipt cannot be true: the sender's clock is fast, so the event (and the timestamps in its data) are moved back to
+    the receipt, and skew_s keeps by how much. A time far behind may be a late delivery (a spool emptied after an
+    outage) or a slow clock: kept as sent, and flagged in skew_s."""
     skew_s = (event.time - received_at).total_seconds()
     if skew_s > settings.EVENTS_FUTURE_TOLERANCE_S:
         event = cloudevents.shifted(event, received_at - event.time)
@@ -126,6 +150,7 @@ def _event_row(event: CloudEvent, received_at: datetime, token_id: int | None, *
         token_id,
         done,
         done,
+        (token_id or 0) if turn is None else turn,
     )
 
 
@@ -140,8 +165,8 @@ def _insert_postgresql(rows: list[tuple]) -> dict[tuple[str, str], int]:
     The batch travels as one JSON array that PostgreSQL unpacks (json_to_recordset): one json.dumps in C, where
     binding a parameter a value, or Django's client-side quoting of 10,000 values, costs more than the insert itself.
     """
-    # INTAKE_COLUMNS; received_at and token_id bound once, detected_at the same as applied_at (LOGGED_AT_INTAKE)
-    keys = ("s", "i", "t", "u", "w", None, "d", "r", "n", "k", None, "a", None)
+    # INTAKE_COLUMNS; received_at, token_id and turn bound once, detected_at the same as applied_at (LOGGED_AT_INTAKE)
+    keys = ("s", "i", "t", "u", "w", None, "d", "r", "n", "k", None, "a", None, None)
     batch = json.dumps(
         [{key: value for key, value in zip(keys, row, strict=True) if key} for row in rows],
         ensure_ascii=False,
@@ -151,15 +176,15 @@ def _insert_postgresql(rows: list[tuple]) -> dict[tuple[str, str], int]:
     statement = f"""
         INSERT INTO {Event._meta.db_table}
             (source, event_id, type, subject, time, received_at, data, run_name, node_name, skew_s, token_id,
-             applied_at, detected_at, error)
-        SELECT s, i, t, u, w, %s, d, r, n, k, %s, a, a, ''
+             applied_at, detected_at, turn, error)
+        SELECT s, i, t, u, w, %s, d, r, n, k, %s, a, a, %s, ''
         FROM json_to_recordset(%s::json)
             AS batch(s text, i text, t text, u text, w timestamptz, d jsonb, r text, n text, k float8, a timestamptz)
         ON CONFLICT (source, event_id) DO NOTHING
         RETURNING source, event_id, id
     """
-    received_at, token_id = (rows[0][5], rows[0][10]) if rows else (timezone.now(), None)
-    return {(source, event_id): pk for source, event_id, pk in _raw(statement, [received_at, token_id, batch])}
+    received_at, token_id, turn = (rows[0][5], rows[0][10], rows[0][13]) if rows else (timezone.now(), None, 0)
+    return {(source, event_id): pk for source, event_id, pk in _raw(statement, [received_at, token_id, turn, batch])}
 
 
 def _raw(statement: str, params: list) -> list[tuple]:
@@ -193,17 +218,34 @@ def _insert_orm(rows: list[tuple]) -> dict[tuple[str, str], int]:
     return {(event.source, event.event_id): event.pk for event in new if event.pk is not None}
 
 
-def apply_turn_take(*, sender: int) -> None:
-    """Queue the sender's turn to have its events applied, unless one is queued already (`sender`: a token's id, 0
-    for none). A broker that is down loses only the turn, never an event: the sweeper (runs.tasks.apply_pending_events)
-    applies what was left, and the sender's next batch queues a turn again."""
+def apply_turn_take(*, sender: int, gather: bool = True) -> None:
+    """Queue the sender's turn to have its events applied, unless one is queued already (`sender`: a turn, `turn_of`).
+    A broker that is down loses only the turn, never an event: the sweeper (runs.tasks.apply_pending_events) applies
+    what was left, and the sender's next batch queues a turn again.
+
+    The turn is made, or taken over when its message was lost (queued TURN_STALE ago), or left as it is; a row comes
+    back only in the first two cases, and only then is a task queued. Neither statement locks a queued turn's row
+    when it is left as it is (an upsert would, and the agents' 546 POSTs a second would queue on it). The agents' turn
+    starts EVENTS_AGENTS_TURN_GATHER_S after its first poll (`gather`; not when a turn gives way with a backlog left),
+    so that it applies the polls of that while in one go: at 546 a second, a turn a poll would be a task a poll."""
     now = timezone.now()
-    ApplyTurn.objects.filter(sender=sender, queued_at__lt=now - TURN_STALE).delete()
-    _, created = ApplyTurn.objects.get_or_create(sender=sender, defaults={"queued_at": now})
-    if not created:
-        return
+    adapt = connection.ops.adapt_datetimefield_value
+    table = ApplyTurn._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (sender, queued_at) VALUES (%s, %s) ON CONFLICT (sender) DO NOTHING RETURNING sender",
+            [sender, adapt(now)],
+        )
+        if cursor.fetchone() is None:
+            cursor.execute(
+                f"UPDATE {table} SET queued_at = %s WHERE sender = %s AND queued_at < %s RETURNING sender",
+                [adapt(now), sender, adapt(now - TURN_STALE)],
+            )
+            if cursor.fetchone() is None:
+                return
     try:
-        task_named("runs.tasks.apply_turn").delay(sender)  # by name: tasks import services, not back
+        countdown = settings.EVENTS_AGENTS_TURN_GATHER_S if sender == AGENTS_TURN and gather else None
+        task_named("runs.tasks.apply_turn").apply_async((sender,), countdown=countdown)  # by name: no import cycle
     except BaseException:
         ApplyTurn.objects.filter(sender=sender).delete()
         raise
@@ -229,15 +271,14 @@ def turn_apply(*, sender: int, on_chunk=lambda ids: None, slice_s: float | None 
             and len(ids) == APPLY_CHUNK  # a chunk short of full: most likely the last, so no turn to queue
             and (time.monotonic() - started >= slice_s or ApplyTurn.objects.exclude(sender=sender).exists())
         ):
-            apply_turn_take(sender=sender)
+            apply_turn_take(sender=sender, gather=False)
             break
     return applied
 
 
 def _apply_next(sender: int) -> list[int]:
     """Apply the sender's oldest pending events (a chunk, rows other workers hold skipped); returns their ids."""
-    pending = Event.objects.filter(applied_at__isnull=True)
-    pending = pending.filter(token_id=sender) if sender else pending.filter(token__isnull=True)
+    pending = Event.objects.filter(applied_at__isnull=True, turn=sender)
     ids: list[int] = []
     try:
         with transaction.atomic():

@@ -177,6 +177,17 @@ def bench_database(django_db_blocker):
         yield db
 
 
+SCALE_DATABASE = "fleetops_bench_scale"  # the 131,072-GPU stream's (the 14-day run's record: fleetops_bench_frontier)
+
+
+@pytest.fixture(scope="module")
+def scale_database(bench_database):
+    """A database of the scale benchmarks' own, created when missing and kept: retention deletes by age whatever a
+    database holds, and the 54-day run in fleetops_bench must stay whole."""
+    with own_database(SCALE_DATABASE, fresh=False):
+        yield
+
+
 # -- the simulated run ------------------------------------------------------------------------------------------
 
 

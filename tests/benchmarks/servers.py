@@ -9,6 +9,7 @@ import http.client
 import json
 import math
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -252,3 +253,25 @@ def _is_postgres(pid: str) -> bool:
         return Path(f"/proc/{pid}/comm").read_text().strip().startswith("postgres")
     except OSError:
         return False
+
+
+def events_done_wait(source: str, limit_s: float) -> float:
+    """Until every event of `source` is applied and seen by detection; returns the perf_counter then."""
+    from runs.models import Event
+
+    pending = Event.objects.filter(source=source)
+    deadline = time.perf_counter() + limit_s
+    while left := pending.filter(applied_at__isnull=True).count() + pending.filter(detected_at__isnull=True).count():
+        assert time.perf_counter() < deadline, f"{left:,} events of {source} still pending after {limit_s} s"
+        time.sleep(0.1)
+    return time.perf_counter()
+
+
+def cpu_by_role(workers) -> dict[str, float]:
+    """CPU seconds so far: the machine, PostgreSQL, the Celery workers, this process (the clients posting)."""
+    return {
+        "machine": machine_cpu_seconds(),
+        "postgres": postgres_cpu_seconds(),
+        "workers": sum(cpu_seconds(w.process.pid) for w in workers),
+        "clients": sum(resource.getrusage(resource.RUSAGE_SELF)[:2]),
+    }

@@ -28,14 +28,12 @@ in the database and the 54-day run in fleetops_bench must stay whole.
 """
 
 import json
-import resource
 import threading
 import time
 import uuid
 from collections import defaultdict
 from datetime import timedelta
 
-import pytest
 from django.db import connection
 from django.utils import timezone
 
@@ -44,19 +42,17 @@ from runs.domain.telemetry import AT_SCALE, SHIPPED, telemetry
 from runs.models import Event
 from runs.retention import events_prune
 
-from .conftest import api_token, own_database, report, say
+from .conftest import api_token, report, say
 from .servers import (
     Client,
     celery_workers,
-    cpu_seconds,
+    cpu_by_role,
+    events_done_wait,
     gunicorn,
-    machine_cpu_seconds,
     percentile,
-    postgres_cpu_seconds,
     purge_queues,
 )
 
-DATABASE = "fleetops_bench_scale"  # ours: created when missing, kept (the 14-day run: fleetops_bench_frontier)
 CONFIG = frontier_config()
 RATES = AT_SCALE
 STREAM_START_S = 86_400  # a day into the run, on a gradient-norm step: the burst comes in the stream's 2nd second
@@ -71,12 +67,6 @@ DRAIN_BOUND_S = 30.0
 WORKERS = 2
 INTAKE_NICE = 10
 RANK_TYPES = ("rank.step_time", "rank.grad_norm")
-
-
-@pytest.fixture(scope="module")
-def scale_database(bench_database):
-    with own_database(DATABASE, fresh=False):
-        yield
 
 
 def _bodies(events: list[dict]) -> list[tuple[int, str, bytes]]:
@@ -168,30 +158,6 @@ def _probe(
     reads.close()
 
 
-def _done(source: str) -> int:
-    """Events of `source` not yet applied or not yet seen by detection."""
-    pending = Event.objects.filter(source=source)
-    return pending.filter(applied_at__isnull=True).count() + pending.filter(detected_at__isnull=True).count()
-
-
-def _wait_done(source: str, limit_s: float) -> float:
-    deadline = time.perf_counter() + limit_s
-    while _done(source):
-        assert time.perf_counter() < deadline, f"{_done(source):,} events of {source} still pending after {limit_s} s"
-        time.sleep(0.1)
-    return time.perf_counter()
-
-
-def _cpu(workers) -> dict[str, float]:
-    """CPU seconds so far: the machine, PostgreSQL, the Celery workers, this process (the clients posting)."""
-    return {
-        "machine": machine_cpu_seconds(),
-        "postgres": postgres_cpu_seconds(),
-        "workers": sum(cpu_seconds(w.process.pid) for w in workers),
-        "clients": sum(resource.getrusage(resource.RUSAGE_SELF)[:2]),
-    }
-
-
 def _event_bytes() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_total_relation_size('runs_event')")
@@ -233,13 +199,13 @@ def test_the_131072_gpu_fleet_stream(scale_database):
             started, last_202, paced_latencies = _post_all(url, tokens, paced_bodies, paced=True)
             stop.set()
             prober.join()
-            drained = _wait_done(paced_source, 600)
+            drained = events_done_wait(paced_source, 600)
             paced_drain_s = drained - last_202
             # 2. As fast as the server takes it; where the cores went meanwhile.
-            cpu_before = _cpu(workers)
+            cpu_before = cpu_by_role(workers)
             capacity_started, capacity_202, _ = _post_all(url, tokens, capacity_bodies, paced=False)
-            capacity_done = _wait_done(capacity_source, 1800)
-            cpu = {role: after - cpu_before[role] for role, after in _cpu(workers).items()}
+            capacity_done = events_done_wait(capacity_source, 1800)
+            cpu = {role: after - cpu_before[role] for role, after in cpu_by_role(workers).items()}
     finally:
         purge_queues()
 

@@ -76,6 +76,19 @@ def test_a_batch_that_fails_to_store_counts_nothing(db, quota, monkeypatch):
             assert client.post("/api/v1/events", batch(f"v{i}"), content_type="application/json").status_code == 202
 
 
+def test_a_batch_larger_than_the_quota_is_refused_and_counts_nothing(db, quota):
+    """In a window of its own too: the count begins again only where the batch fits."""
+    client = client_of("big")
+    with time_machine.travel(T, tick=False):
+        assert client.post("/api/v1/events", batch("b0", 31), content_type="application/json").status_code == 429
+        assert client.post("/api/v1/events", batch("b1", 30), content_type="application/json").status_code == 202
+        assert client.post("/api/v1/events", batch("b2", 1), content_type="application/json").status_code == 429
+    with time_machine.travel(T + timedelta(seconds=10), tick=False):
+        assert client.post("/api/v1/events", batch("b3", 31), content_type="application/json").status_code == 429
+        assert client.post("/api/v1/events", batch("b4", 30), content_type="application/json").status_code == 202
+    assert Event.objects.count() == 60
+
+
 def test_no_limit_when_the_quota_is_zero(db, settings):
     settings.EVENTS_QUOTA_PER_WINDOW = 0
     client = client_of("free")

@@ -1,0 +1,193 @@
+"""16,384 node agents posting for themselves: does the intake take one small POST a node every 30 s, and do the
+workers apply them as fast?
+
+test_scale.py sends the agents' events as a rack's relay would, in batches of up to 1,000 under 8 tokens. A node
+agent as shipped (fleetops-agent, docs/AGENT.md) posts its own poll's events under a token bound to its node:
+at 131,072 GPUs that is a POST a node every 30 s, 546 a second, most of them one heartbeat, and every 10th poll a
+node's 16 ECC and health readings with it. The cost is per request (authentication, the quota, the insert, an
+apply turn for the token) and per apply turn (a task, a transaction, detection), not per event.
+
+The agents' part of AT_SCALE's stream (runs.domain.telemetry: a heartbeat a node every 30 s, a GPU's readings
+every 5 minutes) is grouped as each agent would post it: one POST per node and second, under that node's own
+token (role agent, bound to the node: 16,384 tokens). The telemetry phases heartbeats and readings apart, so a
+node's readings go in a POST of their own: 601 POSTs a second, a little more than the agent's 546.
+
+1. Capacity: CAPACITY_S seconds of those POSTs sent as fast as the server takes them from CONNECTIONS threads, a new
+   connection each (an agent's urllib opens one a POST; gunicorn's sync workers close it after the answer), to
+   gunicorn (2 workers at nice 10, as docs/DEPLOY.md deploys one machine) with 2 Celery workers applying and
+   detecting. Figures: POSTs a second accepted, POSTs a second applied and detected from the first POST to the last
+   event done, against the rate the fleet sends them; the CPU of a POST by role.
+"""
+
+import hashlib
+import http.client
+import json
+import threading
+import time
+import uuid
+from collections import defaultdict
+
+from django.db import connection
+
+from runs.domain.simulator import frontier_config
+from runs.domain.telemetry import AT_SCALE, telemetry
+from runs.models import ApiToken
+
+from .conftest import report, say
+from .servers import (
+    celery_workers,
+    cpu_by_role,
+    events_done_wait,
+    gunicorn,
+    percentile,
+    purge_queues,
+)
+
+CONFIG = frontier_config()
+RATES = AT_SCALE
+AGENT_TYPES = ("node.heartbeat", "gpu.ecc", "gpu.health")
+STREAM_START_S = 86_400 + 300  # a day into the run (test_scale.py's stretch is the 150 s before)
+CAPACITY_S = 30
+CONNECTIONS = 32
+WORKERS = 2
+INTAKE_NICE = 10
+TOKEN_PREFIX = "bench-agent-"
+
+
+def _agent_tokens() -> dict[str, str]:
+    """A token for each node, bound to it (manage.py create_api_token --role agent --node HOST): node -> token.
+    Derived from the node's name, and an earlier run's rows made so again: deleting 16,384 tokens would check each
+    against the event log's token column, which has no index of its own (a scan of the log a token)."""
+    hosts = [f"{CONFIG.cluster}-{i:05d}" for i in range(CONFIG.nodes)]
+    tokens = {host: f"{ApiToken.PREFIX}bench{hashlib.sha256(host.encode()).hexdigest()[:32]}" for host in hosts}
+    rows = [
+        ApiToken(
+            name=f"{TOKEN_PREFIX}{host}",
+            digest=ApiToken.digest_of(token),
+            hint=token[:10],
+            scopes=[ApiToken.Scope.EVENTS_WRITE],
+            role="agent",
+            node=host,
+        )
+        for host, token in tokens.items()
+    ]
+    ApiToken.objects.bulk_create(
+        rows,
+        batch_size=2000,
+        update_conflicts=True,
+        unique_fields=["name"],
+        update_fields=["digest", "hint", "scopes", "role", "node", "revoked_at", "expires_at"],
+    )
+    assert ApiToken.objects.filter(name__startswith=TOKEN_PREFIX, revoked_at__isnull=True).count() == len(hosts)
+    return tokens
+
+
+def _posts(events: list[dict], tokens: dict[str, str]) -> list[tuple[int, str, bytes]]:
+    """(second, token, body): a node's events of one second in one POST, under its own token."""
+    by_node: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for event in events:
+        by_node[event["time"][:19], event["data"]["node"]].append(event)
+    seconds = {stamp: k for k, stamp in enumerate(sorted({stamp for stamp, _ in by_node}))}
+    return [
+        (seconds[stamp], tokens[node], json.dumps(batch).encode()) for (stamp, node), batch in sorted(by_node.items())
+    ]
+
+
+def _post_all(port: int, posts, *, paced: bool) -> tuple[float, float, list[float]]:
+    """POST each body on a new connection from CONNECTIONS threads, in order (paced: none before its second);
+    returns (started, the last 202, latencies). Every answer must be 202."""
+    lock = threading.Lock()
+    queue = list(reversed(posts))
+    latencies: list[float] = []
+    failures: list[str] = []
+    started = time.perf_counter()
+    finished = [started]
+
+    def send() -> None:
+        while True:
+            with lock:
+                if not queue or failures:
+                    return
+                second, token, body = queue.pop()
+            if paced and (wait := started + second - time.perf_counter()) > 0:
+                time.sleep(wait)
+            sent = time.perf_counter()
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+            connection.request(
+                "POST",
+                "/api/v1/events",
+                body=body,
+                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/cloudevents-batch+json"},
+            )
+            response = connection.getresponse()
+            answer = response.read()
+            connection.close()
+            done = time.perf_counter()
+            with lock:
+                latencies.append(done - sent)
+                finished[0] = max(finished[0], done)
+                if response.status != 202:
+                    failures.append(f"{response.status}: {answer[:300]!r}")
+
+    threads = [threading.Thread(target=send) for _ in range(CONNECTIONS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures[:3]
+    return started, finished[0], latencies
+
+
+def test_16384_agents_posting_for_themselves(scale_database):
+    tokens = _agent_tokens()
+    source = f"fleetops/bench-agents-{uuid.uuid4().hex[:8]}"
+    events = [
+        event
+        for event in telemetry(CONFIG, RATES, start_s=STREAM_START_S, seconds=CAPACITY_S, source=source)
+        if event["type"] in AGENT_TYPES
+    ]
+    posts = _posts(events, tokens)
+    fleet_posts_s = len(posts) / CAPACITY_S
+    say(
+        f"agents: {len(events):,} events of {CAPACITY_S} s in {len(posts):,} POSTs ({fleet_posts_s:,.0f} a second,"
+        f" {len(events) / len(posts):.1f} events each) under {len(tokens):,} node-bound tokens"
+    )
+    with connection.cursor() as cursor:  # the earlier runs' deleted rows gone, as autovacuum would leave the tables
+        cursor.execute("VACUUM ANALYZE")
+    purge_queues()
+    try:
+        with gunicorn(workers=2, nice=INTAKE_NICE) as url, celery_workers(WORKERS) as workers:
+            port = int(url.rsplit(":", 1)[1])
+            cpu_before = cpu_by_role(workers)
+            started, last_202, latencies = _post_all(port, posts, paced=False)
+            done = events_done_wait(source, 1800)
+            cpu = {role: after - cpu_before[role] for role, after in cpu_by_role(workers).items()}
+    finally:
+        purge_queues()
+
+    accepted = len(posts) / (last_202 - started)
+    sustained = len(posts) / (done - started)
+    report(
+        "agents: POSTs a second accepted, as fast as posted",
+        f"{accepted:,.0f}",
+        f"the fleet's {fleet_posts_s:,.0f}",
+        f"{accepted / fleet_posts_s:.2f}x; POST p50 / p95 {percentile(latencies, 50) * 1000:.0f} / "
+        f"{percentile(latencies, 95) * 1000:.0f} ms from {CONNECTIONS} connections",
+    )
+    report(
+        "agents: POSTs a second applied and detected, sustained",
+        f"{sustained:,.0f}",
+        f"the fleet's {fleet_posts_s:,.0f}",
+        f"margin {sustained / fleet_posts_s:.2f}x; {len(events) / (done - started):,.0f} events/s; "
+        f"done {done - last_202:.1f} s after the last POST; {WORKERS} Celery workers",
+    )
+    web = cpu["machine"] - cpu["postgres"] - cpu["workers"] - cpu["clients"]
+    per_post = {role: 1000 * seconds / len(posts) for role, seconds in (("web", web), *cpu.items())}
+    report(
+        "agents: CPU ms a POST",
+        f"{per_post['machine']:.2f} ms",
+        note=(
+            f"intake (gunicorn) {per_post['web']:.2f}, workers (apply, detect) {per_post['workers']:.2f}, PostgreSQL "
+            f"{per_post['postgres']:.2f}, the posting clients {per_post['clients']:.2f}"
+        ),
+    )
