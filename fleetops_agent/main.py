@@ -65,9 +65,14 @@ class Agent:
         self.source = f"fleetops-agent://{cluster or 'default'}/{node}"
         self.storm = StormFolder(storm_s)
         self.stopping = False
+        self.urgent = False  # spooled since the last delivery: more than routine polls (an Xid, an ECC event)
 
-    def emit(self, type_: str, data: dict, *, gpu: int | None = None, when: datetime | None = None) -> None:
-        """Spool one event. Its id carries the spool's persisted sequence, so it never changes on resend."""
+    def emit(
+        self, type_: str, data: dict, *, gpu: int | None = None, when: datetime | None = None, urgent: bool = True
+    ) -> None:
+        """Spool one event. Its id carries the spool's persisted sequence, so it never changes on resend. Anything
+        but a routine poll's reading is `urgent`: delivered at once, whatever --send-every says."""
+        self.urgent |= urgent
         when = when or _now()
         target = "-" if gpu is None else str(gpu)
 
@@ -85,20 +90,20 @@ class Agent:
 
     def poll(self) -> None:
         """A heartbeat; and on the first poll and every `readings_every`-th after it, each GPU's readings."""
-        self.emit("node.heartbeat", {"cluster": self.cluster} if self.cluster else {})
+        self.emit("node.heartbeat", {"cluster": self.cluster} if self.cluster else {}, urgent=False)
         self.polls += 1
         if (self.polls - 1) % self.readings_every:
             return
         for i in range(len(self.nvml.handles)):
-            self.poll_ecc(i)
+            self.poll_ecc(i, urgent=False)
             health = self.nvml.health(i)
             if health is not None:
-                self.emit("gpu.health", {"gpu": i} | health, gpu=i)
+                self.emit("gpu.health", {"gpu": i} | health, gpu=i, urgent=False)
 
-    def poll_ecc(self, i: int) -> None:
+    def poll_ecc(self, i: int, *, urgent: bool = True) -> None:
         ecc = self.nvml.ecc(i)
         if ecc is not None:
-            self.emit("gpu.ecc", {"gpu": i} | ecc, gpu=i)
+            self.emit("gpu.ecc", {"gpu": i} | ecc, gpu=i, urgent=urgent)
 
     def handle_events(self, timeout_ms: int, *, until_quiet: bool = False) -> None:
         """Take NVML events for up to ``timeout_ms`` (or, with ``until_quiet``, until a wait times out)."""
@@ -150,6 +155,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node", default=None, help="node name (default: the hostname)")
     p.add_argument("--storm-window", type=float, default=10.0, help="seconds identical Xids are counted together")
     p.add_argument("--batch", type=int, default=500, help="events per POST")
+    p.add_argument(
+        "--send-every",
+        type=float,
+        default=0.0,
+        help="seconds between deliveries of routine polls (default 0: at once); an Xid or an ECC event goes at once "
+        "with whatever is spooled. Keep it well under the server's HEARTBEAT_TIMEOUT_S (300 s)",
+    )
     p.add_argument("--once", action="store_true", help="one poll, drain the event set, deliver, exit")
     p.add_argument("--deadline", type=float, default=60.0, help="with --once: seconds to keep retrying delivery")
     p.add_argument("--fake", action="store_true", help="a fake NVML ($FLEETOPS_AGENT_FAKE_NVML names a scenario)")
@@ -164,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     token = args.token or os.environ.get("FLEETOPS_TOKEN")
     if not args.url or not token:
         print("fleetops-agent: --url and --token (or FLEETOPS_TOKEN) are required", file=sys.stderr)
+        return 2
+    if args.send_every < 0:
+        print("fleetops-agent: --send-every must be 0 or more seconds", file=sys.stderr)
         return 2
     if args.fake:
         from fleetops_agent.fake_nvml import FakeGpuModel
@@ -211,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.once:
             return run_once(agent, args.deadline)
-        run_forever(agent, args.interval)
+        run_forever(agent, args.interval, send_every=args.send_every)
         return 0
     finally:
         nvml.shutdown()
@@ -227,9 +242,13 @@ def run_once(agent: Agent, deadline_s: float) -> int:
     return 0 if ok else 1
 
 
-def run_forever(agent: Agent, interval: float) -> None:
+def run_forever(agent: Agent, interval: float, *, send_every: float = 0.0) -> None:
+    """Poll every `interval` s and deliver what is spooled: at once by default, or every `send_every` s, sooner when
+    something urgent is spooled (never sooner than the backoff after a failed delivery). At 16,384 nodes polling
+    every 30 s, a delivery a poll is 546 POSTs a second; --send-every 120 makes it 137 (docs/DEPLOY.md)."""
     next_poll = time.monotonic()
-    next_send = 0.0
+    next_send = 0.0  # the next routine delivery
+    retry_at = 0.0  # no delivery before this: the backoff after the API could not take one
     while not agent.stopping:
         now = time.monotonic()
         if now >= next_poll:
@@ -237,14 +256,18 @@ def run_forever(agent: Agent, interval: float) -> None:
             next_poll = now + interval
         agent.handle_events(500)
         agent.flush_storms()
-        if time.monotonic() >= next_send:
+        now = time.monotonic()
+        if (agent.urgent or now >= next_send) and now >= retry_at:
+            agent.urgent = False
             try:
                 while agent.sender.send_once() and not agent.stopping:
                     pass
+                next_send = time.monotonic() + send_every
             except RetryableError as exc:
+                agent.urgent = True  # what was pending is still pending: try again once the backoff allows
                 delay = agent.sender.backoff.next_delay(exc.retry_after)
                 log.warning("event API unavailable (%s); retrying in %.1fs", exc, delay)
-                next_send = time.monotonic() + delay
+                retry_at = time.monotonic() + delay
     agent.flush_storms(everything=True)
 
 

@@ -275,3 +275,47 @@ def cpu_by_role(workers) -> dict[str, float]:
         "workers": sum(cpu_seconds(w.process.pid) for w in workers),
         "clients": sum(resource.getrusage(resource.RUSAGE_SELF)[:2]),
     }
+
+
+def xid_probe(
+    url: str,
+    reader: str,
+    token_of,
+    stop,
+    latencies: list[tuple[float, float]],
+    *,
+    source: str,
+    every_s: float,
+    read_token: str = "",
+) -> None:
+    """An Xid 79 every `every_s` from a node of its own (a node's second Xid would join its open incident), posted to
+    `url` under `token_of(node)` and timed from its 202 to its incident in GET /api/v1/incidents on `reader` (under
+    `read_token`, else the node's): appends (seconds since the probe began, latency) until `stop` is set."""
+    from django.utils import timezone
+
+    began = time.perf_counter()
+    n = 0
+    while not stop.is_set():
+        node = f"{source.rsplit('/', 1)[-1]}-{n:03d}"
+        client = Client(url, token_of(node))
+        reads = Client(reader, read_token or token_of(node))
+        event = {
+            "specversion": "1.0",
+            "id": f"{node}-xid",
+            "source": source,
+            "type": "gpu.xid",
+            "time": timezone.now().isoformat().replace("+00:00", "Z"),
+            "data": {"node": node, "gpu": 3, "xid": 79, "message": "GPU has fallen off the bus."},
+        }
+        status, answer = client.post_events(json.dumps([event]).encode())
+        accepted = time.perf_counter()
+        assert status == 202, answer[:300]
+        deadline = accepted + 120
+        while not reads.get_json(f"/api/v1/incidents?node={node}")["results"]:
+            assert time.perf_counter() < deadline, f"no incident for the Xid on {node} after 120 s"
+            time.sleep(0.02)
+        latencies.append((accepted - began, time.perf_counter() - accepted))
+        client.close()
+        reads.close()
+        n += 1
+        stop.wait(max(0.0, every_s - (time.perf_counter() - accepted)))

@@ -51,6 +51,7 @@ from .servers import (
     gunicorn,
     percentile,
     purge_queues,
+    xid_probe,
 )
 
 CONFIG = frontier_config()
@@ -126,38 +127,6 @@ def _post_all(url: str, tokens: dict[str, str], bodies, *, paced: bool) -> tuple
     return started, finished[0], latencies
 
 
-def _probe(
-    url: str, reader: str, token: str, stop: threading.Event, latencies: list[tuple[float, float]], tag: str
-) -> None:
-    """An Xid 79 every PROBE_EVERY_S from a node of its own (a node's second Xid would join its open incident), timed
-    from its 202 to its incident in GET /api/v1/incidents: (seconds since the probe began, latency)."""
-    client, reads = Client(url, token), Client(reader, token)
-    began = time.perf_counter()
-    n = 0
-    while not stop.is_set():
-        node = f"probe-{tag}-{n:03d}"
-        event = {
-            "specversion": "1.0",
-            "id": f"{node}-xid",
-            "source": f"fleetops/bench-scale-{tag}-probe",
-            "type": "gpu.xid",
-            "time": timezone.now().isoformat().replace("+00:00", "Z"),
-            "data": {"node": node, "gpu": 3, "xid": 79, "message": "GPU has fallen off the bus."},
-        }
-        status, answer = client.post_events(json.dumps([event]).encode())
-        accepted = time.perf_counter()
-        assert status == 202, answer[:300]
-        deadline = accepted + 120
-        while not reads.get_json(f"/api/v1/incidents?node={node}")["results"]:
-            assert time.perf_counter() < deadline, f"no incident for the Xid on {node} after 120 s"
-            time.sleep(0.02)
-        latencies.append((accepted - began, time.perf_counter() - accepted))
-        n += 1
-        stop.wait(max(0.0, PROBE_EVERY_S - (time.perf_counter() - accepted)))
-    client.close()
-    reads.close()
-
-
 def _event_bytes() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_total_relation_size('runs_event')")
@@ -194,7 +163,11 @@ def test_the_131072_gpu_fleet_stream(scale_database):
         ):
             # 1. Paced, with the Xid probe alongside.
             stop = threading.Event()
-            prober = threading.Thread(target=_probe, args=(url, reader, tokens["agents-0"], stop, probed, tag))
+            prober = threading.Thread(
+                target=xid_probe,
+                args=(url, reader, lambda node: tokens["agents-0"], stop, probed),
+                kwargs={"source": f"fleetops/bench-scale-{tag}-probe", "every_s": PROBE_EVERY_S},
+            )
             prober.start()
             started, last_202, paced_latencies = _post_all(url, tokens, paced_bodies, paced=True)
             stop.set()
