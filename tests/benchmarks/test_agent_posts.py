@@ -249,6 +249,7 @@ def test_16384_agents_posting_for_themselves(scale_database):
         ),
     )
     probes = [latency for _at, latency in probed]
+    say("agents: probes (s into the paced pass: latency s) " + ", ".join(f"{at:.1f}: {lat:.2f}" for at, lat in probed))
     p95 = percentile(probes, 95)
     report(
         f"agents: paced, {paced_nodes:,} nodes' agents, POST p95",
