@@ -17,18 +17,20 @@ node's readings go in a POST of their own: 601 POSTs a second, a little more tha
    gunicorn (2 workers at nice 10, as docs/DEPLOY.md deploys one machine) with 2 Celery workers applying and
    detecting. Figures: POSTs a second accepted, POSTs a second applied and detected from the first POST to the last
    event done, against the rate the fleet sends them; the CPU of a POST by role.
-2. Paced: PACED_S seconds of the agents of as many nodes as make half the sustained rate, each POST in its second,
-   while an Xid 79 every PROBE_EVERY_S under a node-bound token of its own (the agents' turn, as any agent's) is
-   timed from its 202 to its incident in GET /api/v1/incidents (bound: p95 under 2 s, issue 23).
+2. Paced: PACED_S seconds of the agents of a node in n, n the least that makes at most half the sustained rate, each
+   POST in its second, while an Xid 79 every PROBE_EVERY_S under a node-bound token of its own (the agents' turn, as
+   any agent's) is timed from its 202 to its incident in GET /api/v1/incidents (bound: p95 under 2 s, issue 23).
 """
 
 import hashlib
 import http.client
 import json
+import math
 import threading
 import time
 import uuid
 from collections import defaultdict
+from datetime import datetime
 
 from django.conf import settings
 from django.db import connection
@@ -91,13 +93,15 @@ def _agent_tokens() -> dict[str, str]:
 
 
 def _posts(events: list[dict], tokens: dict[str, str]) -> list[tuple[int, str, bytes]]:
-    """(second, token, body): a node's events of one second in one POST, under its own token."""
+    """(second, token, body): a node's events of one second in one POST, under its own token; the second counted from
+    the first event's."""
     by_node: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for event in events:
         by_node[event["time"][:19], event["data"]["node"]].append(event)
-    seconds = {stamp: k for k, stamp in enumerate(sorted({stamp for stamp, _ in by_node}))}
+    first = datetime.fromisoformat(min(stamp for stamp, _ in by_node))
     return [
-        (seconds[stamp], tokens[node], json.dumps(batch).encode()) for (stamp, node), batch in sorted(by_node.items())
+        (int((datetime.fromisoformat(stamp) - first).total_seconds()), tokens[node], json.dumps(batch).encode())
+        for (stamp, node), batch in sorted(by_node.items())
     ]
 
 
@@ -146,12 +150,13 @@ def _post_all(port: int, posts, *, paced: bool) -> tuple[float, float, list[floa
     return started, finished[0], latencies
 
 
-def _agent_events(source: str, start_s: int, seconds: int, nodes: int) -> list[dict]:
-    """The agents' events of `seconds` of the stream from `start_s`, of the first `nodes` nodes."""
+def _agent_events(source: str, start_s: int, seconds: int, every: int = 1) -> list[dict]:
+    """The agents' events of `seconds` of the stream from `start_s`, of every `every`-th node: a node's heartbeat
+    and its GPUs' readings each come at the node's own phase, so every n-th node is a fleet n times smaller."""
     return [
         event
         for event in telemetry(CONFIG, RATES, start_s=start_s, seconds=seconds, source=source)
-        if event["type"] in AGENT_TYPES and int(event["data"]["node"].rsplit("-", 1)[1]) < nodes
+        if event["type"] in AGENT_TYPES and int(event["data"]["node"].rsplit("-", 1)[1]) % every == 0
     ]
 
 
@@ -182,7 +187,7 @@ def test_16384_agents_posting_for_themselves(scale_database):
     source, paced_source = f"fleetops/bench-agents-{tag}", f"fleetops/bench-agents-{tag}-paced"
     probe_source = f"fleetops/bench-agents-{tag}-probe"
     probe_tokens = _probe_tokens(probe_source, int(PACED_S / PROBE_EVERY_S) + 10)
-    events = _agent_events(source, STREAM_START_S, CAPACITY_S, CONFIG.nodes)
+    events = _agent_events(source, STREAM_START_S, CAPACITY_S)
     posts = _posts(events, tokens)
     fleet_posts_s = len(posts) / CAPACITY_S
     say(
@@ -207,8 +212,9 @@ def test_16384_agents_posting_for_themselves(scale_database):
             cpu = {role: after - cpu_before[role] for role, after in cpu_by_role(workers).items()}
             # 2. Paced at half of that, with an agent's Xid timed through it.
             sustained = len(posts) / (done - started)
-            paced_nodes = min(CONFIG.nodes, int(CONFIG.nodes * sustained / fleet_posts_s / 2))
-            paced = _posts(_agent_events(paced_source, STREAM_START_S + CAPACITY_S, PACED_S, paced_nodes), tokens)
+            every = max(1, math.ceil(2 * fleet_posts_s / sustained))
+            paced = _posts(_agent_events(paced_source, STREAM_START_S + CAPACITY_S, PACED_S, every), tokens)
+            paced_nodes = math.ceil(CONFIG.nodes / every)
             stop = threading.Event()
             prober = threading.Thread(
                 target=xid_probe,
@@ -254,7 +260,7 @@ def test_16384_agents_posting_for_themselves(scale_database):
     report(
         f"agents: paced, {paced_nodes:,} nodes' agents, POST p95",
         f"{percentile(paced_latencies, 95) * 1000:.0f} ms",
-        f"{len(paced) / PACED_S:,.0f} POSTs/s: half the sustained rate",
+        f"{len(paced) / PACED_S:,.0f} POSTs/s: a node in {every}, at most half the sustained rate",
         f"done {paced_drain_s:.1f} s after the last POST",
     )
     report(

@@ -29,7 +29,7 @@ from runs.services import INTAKE_COLUMNS
 from .conftest import report, say
 
 SCHEMA = "explain_bench"
-VERSION = 1  # of the synthetic stream below; another version rebuilds the table
+VERSION = 2  # of the synthetic stream below (2: the turn column); another version rebuilds the table
 NODES, GPUS_PER_NODE, DAYS = 64, 8, 30
 RUN, CLUSTER, SOURCE = "explain-run", "explain-cluster", "bench/explain"
 END = datetime(2026, 3, 31, tzinfo=UTC)  # fixed: the same rows, ids and plans from run to run
@@ -127,6 +127,7 @@ def _rows(total: int) -> Iterator[tuple]:
             None,  # token_id: written by the benchmark, no sender's token
             applied,
             detected,
+            0,  # turn: the apply turn of FleetOps' own events (runs.services.turn_of)
             "",
         )
 
