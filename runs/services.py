@@ -123,9 +123,9 @@ def turn_of(token: ApiToken | None, count: int) -> int:
 
 
 def _event_row(
-    event: CloudEvent, received_at: datetime, token_id: int | None, *, turn: int | None = None, flag_late: bool = True
+    event: CloudEvent, received_at: datetime, token_id: int | None, *, turn: int = 0, flag_late: bool = True
 ) -> tuple:
-    """The stored row of an event (`turn`: the apply turn it waits in, by default its token's). A time ahead of
+    """The stored row of an event (`turn`: the apply turn it waits in, `turn_of`). A time ahead of
     receipt cannot be true: the sender's clock is fast, so the event (and the timestamps in its data) are moved back to
     the receipt, and skew_s keeps by how much. A time far behind may be a late delivery (a spool emptied after an
     outage) or a slow clock: kept as sent, and flagged in skew_s."""
@@ -150,7 +150,7 @@ def _event_row(
         token_id,
         done,
         done,
-        (token_id or 0) if turn is None else turn,
+        turn,
     )
 
 

@@ -178,6 +178,12 @@ def bench_database(django_db_blocker):
 
 
 SCALE_DATABASE = "fleetops_bench_scale"  # the 131,072-GPU stream's (the 14-day run's record: fleetops_bench_frontier)
+# The scale benchmarks' one machine as docs/DEPLOY.md deploys it: two Celery workers, the intake's gunicorn at a lower
+# CPU priority than they; and issue 23's detection bound while the stream runs, timed by an Xid every PROBE_EVERY_S.
+WORKERS = 2
+INTAKE_NICE = 10
+PROBE_EVERY_S = 2.0
+BOUND_P95_S = 2.0
 
 
 @pytest.fixture(scope="module")

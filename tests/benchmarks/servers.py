@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -319,3 +320,50 @@ def xid_probe(
         reads.close()
         n += 1
         stop.wait(max(0.0, every_s - (time.perf_counter() - accepted)))
+
+
+def post_all(
+    url: str, posts, *, threads: int, paced: bool, keep_alive: bool = True
+) -> tuple[float, float, list[float]]:
+    """POST each (second, token, body) from `threads` threads in order (paced: none before its second), on a
+    keep-alive connection per thread and token, or on a new connection each (as an agent's urllib does); returns
+    (started, the last 202, the POSTs' latencies). Every answer must be 202."""
+    lock = threading.Lock()
+    queue = list(reversed(posts))
+    latencies: list[float] = []
+    failures: list[str] = []
+    started = time.perf_counter()
+    finished = [started]
+
+    def send() -> None:
+        clients: dict[str, Client] = {}
+        while True:
+            with lock:
+                if not queue or failures:
+                    break
+                second, token, body = queue.pop()
+            if paced and (wait := started + second - time.perf_counter()) > 0:
+                time.sleep(wait)
+            sent = time.perf_counter()
+            client = clients.get(token) or Client(url, token)
+            status, answer = client.post_events(body)
+            if keep_alive:
+                clients[token] = client
+            else:
+                client.close()
+            done = time.perf_counter()
+            with lock:
+                latencies.append(done - sent)
+                finished[0] = max(finished[0], done)
+                if status != 202:
+                    failures.append(f"{status}: {answer[:300]!r}")
+        for client in clients.values():
+            client.close()
+
+    workers = [threading.Thread(target=send) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert not failures, failures[:3]
+    return started, finished[0], latencies

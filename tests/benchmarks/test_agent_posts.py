@@ -27,12 +27,10 @@ node's readings go in a POST of their own: 601 POSTs a second, a little more tha
 """
 
 import hashlib
-import http.client
 import json
 import math
 import os
 import threading
-import time
 import uuid
 from collections import defaultdict
 from datetime import datetime, timedelta
@@ -44,13 +42,14 @@ from runs.domain.simulator import frontier_config
 from runs.domain.telemetry import AT_SCALE, telemetry
 from runs.models import ApiToken
 
-from .conftest import api_token, report, say
+from .conftest import BOUND_P95_S, INTAKE_NICE, PROBE_EVERY_S, WORKERS, api_token, report, say
 from .servers import (
     celery_workers,
     cpu_by_role,
     events_done_wait,
     gunicorn,
     percentile,
+    post_all,
     purge_queues,
     xid_probe,
 )
@@ -63,11 +62,7 @@ CAPACITY_S = 30
 PACED_S = 60
 WHOLE_S = 60
 SEND_EVERY_S = 120  # fleetops-agent --send-every, as docs/DEPLOY.md runs the agents at this size
-PROBE_EVERY_S = 2.0
-BOUND_P95_S = 2.0  # issue 23: detection latency p95 under 2 s while the stream runs
 CONNECTIONS = 32
-WORKERS = 2
-INTAKE_NICE = 10
 TOKEN_PREFIX = "bench-agent-"
 
 
@@ -110,51 +105,6 @@ def _posts(events: list[dict], tokens: dict[str, str]) -> list[tuple[int, str, b
         (int((datetime.fromisoformat(stamp) - first).total_seconds()), tokens[node], json.dumps(batch).encode())
         for (stamp, node), batch in sorted(by_node.items())
     ]
-
-
-def _post_all(port: int, posts, *, paced: bool) -> tuple[float, float, list[float]]:
-    """POST each body on a new connection from CONNECTIONS threads, in order (paced: none before its second);
-    returns (started, the last 202, latencies). Every answer must be 202."""
-    lock = threading.Lock()
-    queue = list(reversed(posts))
-    latencies: list[float] = []
-    failures: list[str] = []
-    started = time.perf_counter()
-    finished = [started]
-
-    def send() -> None:
-        while True:
-            with lock:
-                if not queue or failures:
-                    return
-                second, token, body = queue.pop()
-            if paced and (wait := started + second - time.perf_counter()) > 0:
-                time.sleep(wait)
-            sent = time.perf_counter()
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-            connection.request(
-                "POST",
-                "/api/v1/events",
-                body=body,
-                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/cloudevents-batch+json"},
-            )
-            response = connection.getresponse()
-            answer = response.read()
-            connection.close()
-            done = time.perf_counter()
-            with lock:
-                latencies.append(done - sent)
-                finished[0] = max(finished[0], done)
-                if response.status != 202:
-                    failures.append(f"{response.status}: {answer[:300]!r}")
-
-    threads = [threading.Thread(target=send) for _ in range(CONNECTIONS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not failures, failures[:3]
-    return started, finished[0], latencies
 
 
 def _agent_events(source: str, start_s: int, seconds: int, every: int = 1) -> list[dict]:
@@ -242,10 +192,9 @@ def test_16384_agents_posting_for_themselves(scale_database):
             gunicorn(workers=1) as reader,
             celery_workers(WORKERS) as workers,
         ):
-            port = int(url.rsplit(":", 1)[1])
             # 1. Capacity.
             cpu_before = cpu_by_role(workers)
-            started, last_202, latencies = _post_all(port, posts, paced=False)
+            started, last_202, latencies = post_all(url, posts, threads=CONNECTIONS, paced=False, keep_alive=False)
             done = events_done_wait(source, 1800)
             cpu = {role: after - cpu_before[role] for role, after in cpu_by_role(workers).items()}
             # 2. Paced at half of that, with an agent's Xid timed through it.
@@ -260,7 +209,9 @@ def test_16384_agents_posting_for_themselves(scale_database):
                 kwargs={"source": probe_source, "every_s": PROBE_EVERY_S},
             )
             prober.start()
-            _paced_started, paced_202, paced_latencies = _post_all(port, paced, paced=True)
+            _paced_started, paced_202, paced_latencies = post_all(
+                url, paced, threads=CONNECTIONS, paced=True, keep_alive=False
+            )
             stop.set()
             prober.join()
             paced_drain_s = events_done_wait(paced_source, 600) - paced_202
@@ -274,7 +225,9 @@ def test_16384_agents_posting_for_themselves(scale_database):
             )
             machine_before = cpu_by_role(workers)["machine"]
             prober.start()
-            whole_started, whole_202, whole_latencies = _post_all(port, whole, paced=True)
+            whole_started, whole_202, whole_latencies = post_all(
+                url, whole, threads=CONNECTIONS, paced=True, keep_alive=False
+            )
             stop.set()
             prober.join()
             whole_done = events_done_wait(whole_source, 1800)

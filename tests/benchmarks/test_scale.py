@@ -42,14 +42,14 @@ from runs.domain.telemetry import AT_SCALE, SHIPPED, telemetry
 from runs.models import Event
 from runs.retention import events_prune
 
-from .conftest import api_token, report, say
+from .conftest import BOUND_P95_S, INTAKE_NICE, PROBE_EVERY_S, WORKERS, api_token, report, say
 from .servers import (
-    Client,
     celery_workers,
     cpu_by_role,
     events_done_wait,
     gunicorn,
     percentile,
+    post_all,
     purge_queues,
     xid_probe,
 )
@@ -62,17 +62,13 @@ CAPACITY_S = 60
 BATCH = 1000
 SENDERS = 4
 AGENT_TOKENS = 8  # the nodes in 8 groups, a token each
-PROBE_EVERY_S = 2.0
-BOUND_P95_S = 2.0
 DRAIN_BOUND_S = 30.0
-WORKERS = 2
-INTAKE_NICE = 10
 RANK_TYPES = ("rank.step_time", "rank.grad_norm")
 
 
-def _bodies(events: list[dict]) -> list[tuple[int, str, bytes]]:
-    """(second, sender, body): each second's events in batches of at most BATCH, rank samples to the training job's
-    token and the rest to the agents'; encoded before any clock starts."""
+def _bodies(events: list[dict], tokens: dict[str, str]) -> list[tuple[int, str, bytes]]:
+    """(second, token, body): each second's events in batches of at most BATCH, rank samples under the training
+    job's token and the rest under the agents'; encoded before any clock starts."""
     by_second: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for event in events:
         if event["type"] in RANK_TYPES:
@@ -84,47 +80,8 @@ def _bodies(events: list[dict]) -> list[tuple[int, str, bytes]]:
     bodies = []
     for (stamp, sender), batch in sorted(by_second.items()):
         for i in range(0, len(batch), BATCH):
-            bodies.append((seconds[stamp], sender, json.dumps(batch[i : i + BATCH]).encode()))
+            bodies.append((seconds[stamp], tokens[sender], json.dumps(batch[i : i + BATCH]).encode()))
     return bodies
-
-
-def _post_all(url: str, tokens: dict[str, str], bodies, *, paced: bool) -> tuple[float, float, list[float]]:
-    """POST the bodies from SENDERS threads in order (paced: none before its second); returns (started, last 202,
-    POST latencies). Every answer must be 202."""
-    lock = threading.Lock()
-    queue = list(reversed(bodies))
-    latencies: list[float] = []
-    failures: list[str] = []
-    started = time.perf_counter()
-    finished = [started]
-
-    def send() -> None:
-        clients = {sender: Client(url, token) for sender, token in tokens.items()}
-        while True:
-            with lock:
-                if not queue or failures:
-                    break
-                second, sender, body = queue.pop()
-            if paced and (wait := started + second - time.perf_counter()) > 0:
-                time.sleep(wait)
-            sent = time.perf_counter()
-            status, answer = clients[sender].post_events(body)
-            done = time.perf_counter()
-            with lock:
-                latencies.append(done - sent)
-                finished[0] = max(finished[0], done)
-                if status != 202:
-                    failures.append(f"{status}: {answer[:300]!r}")
-        for client in clients.values():
-            client.close()
-
-    threads = [threading.Thread(target=send) for _ in range(SENDERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not failures, failures[:3]
-    return started, finished[0], latencies
 
 
 def _event_bytes() -> int:
@@ -143,7 +100,7 @@ def test_the_131072_gpu_fleet_stream(scale_database):
     capacity = list(
         telemetry(CONFIG, RATES, start_s=STREAM_START_S + PACED_S, seconds=CAPACITY_S, source=capacity_source)
     )
-    paced_bodies, capacity_bodies = _bodies(paced), _bodies(capacity)
+    paced_bodies, capacity_bodies = _bodies(paced, tokens), _bodies(capacity, tokens)
     stream_rate = RATES.total_per_s(CONFIG)
     say(
         f"scale: {CONFIG.gpus:,} GPUs on {CONFIG.nodes:,} nodes; stream {stream_rate:,.0f} events/s on average "
@@ -171,14 +128,14 @@ def test_the_131072_gpu_fleet_stream(scale_database):
                 kwargs={"source": f"fleetops/bench-scale-{tag}-probe", "every_s": PROBE_EVERY_S},
             )
             prober.start()
-            started, last_202, paced_latencies = _post_all(url, tokens, paced_bodies, paced=True)
+            started, last_202, paced_latencies = post_all(url, paced_bodies, threads=SENDERS, paced=True)
             stop.set()
             prober.join()
             drained = events_done_wait(paced_source, 600)
             paced_drain_s = drained - last_202
             # 2. As fast as the server takes it; where the cores went meanwhile.
             cpu_before = cpu_by_role(workers)
-            capacity_started, capacity_202, _ = _post_all(url, tokens, capacity_bodies, paced=False)
+            capacity_started, capacity_202, _ = post_all(url, capacity_bodies, threads=SENDERS, paced=False)
             capacity_done = events_done_wait(capacity_source, 1800)
             cpu = {role: after - cpu_before[role] for role, after in cpu_by_role(workers).items()}
     finally:
