@@ -44,6 +44,9 @@ MAX_BYTES = 4 * 1024 * 1024  # a larger page is served but not kept
 CSRF_PLACEHOLDER = "keptpagecsrftoken0000000000000000000000000000000000000000000000"
 NAME_PLACEHOLDER = "keptpageusername0000"
 _SHARED = "_page_shared"  # request attribute: this request renders a page to be kept
+# Request attribute set by fleetops.replica: the time (time.time_ns()) as of which this request reads the record
+# from a read replica; None or absent: it reads the primary, as of now.
+READ_AS_OF = "_page_read_as_of"
 _HEADERS = ("HX-Request", "HX-Target", "HX-Trigger", "HX-Boosted", "HX-History-Restore-Request")
 _KEPT_HEADERS = ("Content-Type", "Vary", "HX-Trigger", "HX-Reswap", "HX-Retarget")
 _SAFE = ("GET", "HEAD", "OPTIONS", "TRACE")
@@ -70,7 +73,7 @@ def page_cached(view=None, *, personal: Callable[..., str] | None = None):
             for name, value in headers:
                 response[name] = value
             return _personal(request, response)
-        read_at = time.time_ns()
+        read_at = getattr(request, READ_AS_OF, None) or time.time_ns()  # a replica's record is as of then
         setattr(request, _SHARED, True)
         response = view(request, *args, **kwargs)
         setattr(request, _SHARED, False)
@@ -83,9 +86,13 @@ def page_cached(view=None, *, personal: Callable[..., str] | None = None):
 
 
 def page_context(request) -> dict:
-    """Context processor: how long a page may be kept, and the signed-in person's name, both as base.html shows
-    them; placeholders for the name and the CSRF token while a page to be kept is rendered."""
+    """Context processor: how long a page may be kept, how far behind the primary a read replica it was read from
+    may be, and the signed-in person's name, as base.html shows them; placeholders for the name and the CSRF token
+    while a page to be kept is rendered."""
     context = {"page_cache_s": settings.PAGE_CACHE_S}
+    as_of = getattr(request, READ_AS_OF, None)
+    if as_of is not None:
+        context["page_replica_lag_s"] = max(0.0, (time.time_ns() - as_of) / 1e9)
     if getattr(request, _SHARED, False):
         return context | {"csrf_token": CSRF_PLACEHOLDER, "page_user_name": NAME_PLACEHOLDER}
     user = getattr(request, "user", None)

@@ -101,6 +101,29 @@ else:
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     # true behind PgBouncer in transaction mode (docs/DEPLOY.md): a server-side cursor cannot outlive a transaction.
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool("DB_DISABLE_SERVER_SIDE_CURSORS", default=False)
+
+# A PostgreSQL streaming replica the console's pages read the record from while it is fresh enough
+# (fleetops/replica.py, docs/DEPLOY.md): REPLICA_MAX_LAG_S at most behind the primary, asked every REPLICA_CHECK_S.
+DATABASE_REPLICA_URL = env.str("DATABASE_REPLICA_URL", default="")
+REPLICA_MAX_LAG_S = env.float("REPLICA_MAX_LAG_S", default=5.0)
+REPLICA_CHECK_S = env.float("REPLICA_CHECK_S", default=1.0)
+if DATABASE_REPLICA_URL:
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        raise ImproperlyConfigured("DATABASE_REPLICA_URL needs DATABASE_URL to name the PostgreSQL primary")
+    if REPLICA_CHECK_S <= 0 or REPLICA_MAX_LAG_S < REPLICA_CHECK_S:
+        raise ImproperlyConfigured("REPLICA_CHECK_S must be above 0 and at most REPLICA_MAX_LAG_S")
+    DATABASES["replica"] = env.db_url_config(DATABASE_REPLICA_URL) | {
+        "ATOMIC_REQUESTS": False,
+        "CONN_MAX_AGE": DATABASES["default"]["CONN_MAX_AGE"],
+        "CONN_HEALTH_CHECKS": True,
+        "DISABLE_SERVER_SIDE_CURSORS": DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"],
+        "TEST": {"MIRROR": "default"},  # the test runner creates no database there
+    }
+    DATABASES["replica"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 2)  # a replica down: pages go on
+    DATABASE_ROUTERS = ["fleetops.replica.ReplicaRouter"]
+    MIDDLEWARE.insert(
+        MIDDLEWARE.index("fleetops.pagecache.ConsoleWritesMiddleware") + 1, "fleetops.replica.ReplicaReadsMiddleware"
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

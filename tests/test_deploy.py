@@ -32,3 +32,14 @@ def test_production_refuses_to_start_without_a_secret_key():
     env = {k: v for k, v in PRODUCTION.items() if k != "SECRET_KEY"}
     result = manage("check", env=env)
     assert result.returncode != 0 and "SECRET_KEY" in result.stderr
+
+
+def test_a_read_replica_needs_a_postgresql_primary_and_a_sane_lag_bound():
+    replica = {"DATABASE_REPLICA_URL": "postgres://postgres@127.0.0.1:5433/fleetops"}
+    result = manage("check", env={**replica, "DATABASE_URL": "sqlite:///var/replica-check.sqlite3"})
+    assert result.returncode != 0 and "DATABASE_REPLICA_URL needs DATABASE_URL" in result.stderr
+    primary = {**replica, "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/fleetops"}
+    result = manage("check", env={**primary, "REPLICA_MAX_LAG_S": "0.5"})
+    assert result.returncode != 0 and "REPLICA_CHECK_S must be above 0 and at most REPLICA_MAX_LAG_S" in result.stderr
+    result = manage("check", env=primary)  # nothing is asked of either server until a page is read
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -5,8 +5,8 @@ fleetops/, function-local imports included, with no dependency beyond the standa
   project outside a domain package.
 - runs never imports incidents, nor the console pages that show both (fleetops/console).
 - Layers: domain <- models <- selectors/services <- tasks/views/api. A module imports its own layer or a lower one.
-  fleetops' plumbing (settings, the Celery app, roles, paging, the page cache, JSON parsing, middleware) may be
-  imported by any layer but the domain, and imports no app.
+  fleetops' plumbing (settings, the Celery app, roles, paging, the page cache, the read replica's router, JSON parsing,
+  middleware) may be imported by any layer but the domain, and imports no app.
 A failure names the file, the line and the import. What it cannot see: lookups by string (a task by its pinned name,
 settings' dotted paths, include() in URL maps) and the ORM's reverse relations; docs/ARCHITECTURE.md says where those
 cross the layers.
@@ -40,7 +40,7 @@ SERVICE_FILES = {
 INTERFACE_FILES = {"tasks", "views", "urls", "forms", "admin", "apps", "polling"}
 INTERFACE_PACKAGES = {"api", "pages", "console", "management", "templatetags"}
 PLUMBING_MODULES = {
-    "settings", "celery", "roles", "paging", "pagecache", "jsonparse", "bodylimit", "middleware", "__init__",
+    "settings", "celery", "roles", "paging", "pagecache", "replica", "jsonparse", "bodylimit", "middleware", "__init__",
 }  # fmt: skip
 
 

@@ -92,6 +92,38 @@ class PrivatePostgres:
             self._pg_ctl("-m", "immediate", "stop")
 
 
+class PrivateReplica(PrivatePostgres):
+    """A streaming replica of a private server, on a port of its own: pg_basebackup -R (standby.signal and the
+    primary's address written for it), then started as a hot standby."""
+
+    def __init__(self, primary: PrivatePostgres):
+        self.root, self.bindir, self.port = primary.root / f"replica-{primary.port}", primary.bindir, free_ports()
+        self.data = self.root / "data"
+        self.root.mkdir()
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres", "postgres")
+        backup = [self.bindir / "pg_basebackup", "-h", "127.0.0.1", "-p", primary.port, "-U", "postgres"]
+        self._as_postgres(*backup, "-D", self.data, "-R", "-X", "stream", "-c", "fast", "--no-sync")
+        self.start()
+
+    def pause_replay(self) -> None:
+        self.admin("SELECT pg_wal_replay_pause()")
+
+    def resume_replay(self) -> None:
+        self.admin("SELECT pg_wal_replay_resume()")
+
+
+@pytest.fixture
+def private_replica(private_postgres) -> Iterator[PrivateReplica]:
+    """A streaming replica of the private server, this test's database included."""
+    replica = PrivateReplica(private_postgres)
+    try:
+        yield replica
+    finally:
+        replica.close()
+        shutil.rmtree(replica.root, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def private_postgres_server() -> Iterator[PrivatePostgres]:
     bindir = _pg_bin()

@@ -33,9 +33,9 @@ def _post(url: str, token: str, events: list[dict]) -> requests.Response:
     return requests.post(url + "/api/v1/events", data=json.dumps(events), headers=headers, timeout=30)
 
 
-def _login(base: str, database_url: str) -> requests.Session:
+def _login(base: str, database_url: str, username: str = "oncall") -> requests.Session:
     subprocess.run(
-        [sys.executable, "manage.py", "createsuperuser", "--noinput", "--username", "oncall", "--email", "o@x.test"],
+        [sys.executable, "manage.py", "createsuperuser", "--noinput", "--username", username, "--email", "o@x.test"],
         cwd=ROOT,
         env={**os.environ, "DATABASE_URL": database_url, "REDIS_URL": "", "DJANGO_SUPERUSER_PASSWORD": "pw-0ncall!"},
         check=True,
@@ -47,7 +47,7 @@ def _login(base: str, database_url: str) -> requests.Session:
     csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text).group(1)
     answer = session.post(
         base + "/login/",
-        data={"csrfmiddlewaretoken": csrf, "username": "oncall", "password": "pw-0ncall!"},
+        data={"csrfmiddlewaretoken": csrf, "username": username, "password": "pw-0ncall!"},
         headers={"Referer": base + "/login/"},
         timeout=10,
         allow_redirects=False,
