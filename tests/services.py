@@ -2,6 +2,7 @@
 
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -218,3 +219,41 @@ class Gunicorn:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(5)
+
+
+PASSWORD = "pw-0ncall!"  # console_login's superusers'
+
+
+def console_login(base: str, database_url: str, username: str = "oncall", *, create: bool = True) -> requests.Session:
+    """A superuser made in `database_url` with manage.py (unless `create` is false: made before), signed in to the
+    console at `base`: the session."""
+    if create:
+        command = ["createsuperuser", "--noinput", "--username", username, "--email", "o@x.test"]
+        subprocess.run(
+            [sys.executable, "manage.py", *command],
+            cwd=ROOT,
+            env={**os.environ, "DATABASE_URL": database_url, "REDIS_URL": "", "DJANGO_SUPERUSER_PASSWORD": PASSWORD},
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+    session = requests.Session()
+    form = session.get(base + "/login/", timeout=10)
+    _plain(session)
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text).group(1)
+    answer = session.post(
+        base + "/login/",
+        data={"csrfmiddlewaretoken": csrf, "username": username, "password": PASSWORD},
+        headers={"Referer": base + "/login/"},
+        timeout=10,
+        allow_redirects=False,
+    )
+    assert answer.status_code == 302, answer.text[:500]
+    _plain(session)
+    return session
+
+
+def _plain(session: requests.Session) -> None:
+    """Production settings mark the cookies Secure; on loopback HTTP the session sends them anyway."""
+    for cookie in session.cookies:
+        cookie.secure = False

@@ -150,12 +150,13 @@ def gunicorn(workers: int = 2, threads: int = 1, *, timeout: float = 60, nice: i
 
 
 @contextmanager
-def celery_workers(n: int = 1, queues: str = "") -> Iterator[list]:
+def celery_workers(n: int = 1, queues: str = "", **overrides: str) -> Iterator[list]:
     """`n` real Celery worker processes (solo pool: one task at a time each) on `queues` (all FleetOps queues
-    by default), pointed at the benchmark's database and REDIS_URL; yields the `tests.services.Worker`s."""
+    by default), pointed at the benchmark's database and REDIS_URL unless `overrides` say otherwise; yields the
+    `tests.services.Worker`s."""
     from tests.services import Worker
 
-    env = {"DATABASE_URL": database_url(), "REDIS_URL": redis_url(), "LOG_LEVEL": "WARNING"}
+    env = {"DATABASE_URL": database_url(), "REDIS_URL": redis_url(), "LOG_LEVEL": "WARNING", **overrides}
     started: list[Worker] = []
     try:
         for _ in range(n):

@@ -21,7 +21,8 @@ node's readings go in a POST of their own: 601 POSTs a second, a little more tha
    POST in its second, while an Xid 79 every PROBE_EVERY_S under a node-bound token of its own (the agents' turn, as
    any agent's) is timed from its 202 to its incident in GET /api/v1/incidents (bound: p95 under 2 s, issue 23).
 3. The whole stream: WHOLE_S seconds of the training jobs' rank samples (batches of 1,000 a second) and every agent
-   delivering every SEND_EVERY_S s (fleetops-agent --send-every, as docs/DEPLOY.md runs them at this size), with the
+   delivering every SEND_EVERY_S s (fleetops-agent --send-every, as docs/DEPLOY.md runs them at this size) at a phase
+   of its own, unrelated to its readings' (so the window carries the agents' full 1,420 events a second), with the
    same probe: does one machine carry the 131,072-GPU fleet when its agents post for themselves? Reported, not
    asserted.
 """
@@ -62,6 +63,7 @@ CAPACITY_S = 30
 PACED_S = 60
 WHOLE_S = 60
 SEND_EVERY_S = 120  # fleetops-agent --send-every, as docs/DEPLOY.md runs the agents at this size
+PHASE_STRIDE = 7_919
 CONNECTIONS = 32
 TOKEN_PREFIX = "bench-agent-"
 
@@ -137,7 +139,10 @@ def _whole_stream(source: str, start_s: int, tokens: dict[str, str], trainer: st
         for i in range(0, len(batch), 1000)
     ]
     for node, polled in by_node.items():
-        due = int(node.rsplit("-", 1)[1]) * SEND_EVERY_S / CONFIG.nodes  # its delivery's second in the cycle
+        # Its delivery's second in the cycle: the nodes in an order unrelated to their index (7,919 is odd, so this
+        # is a permutation of 16,384), as agents started at their own times are. By index it would follow the
+        # telemetry's own phases, and the window would hold a sixth of the readings where the fleet sends two fifths.
+        due = int(node.rsplit("-", 1)[1]) * PHASE_STRIDE % CONFIG.nodes * SEND_EVERY_S / CONFIG.nodes
         if due < WHOLE_S:
             batch = [event for at, event in polled if due - SEND_EVERY_S < at <= due]
             posts.append((int(due), tokens[node], json.dumps(batch).encode()))

@@ -124,13 +124,20 @@ def private_replica(private_postgres) -> Iterator[PrivateReplica]:
         shutil.rmtree(replica.root, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def private_postgres_server() -> Iterator[PrivatePostgres]:
+def private_server_folder(prefix: str) -> tuple[Path, Path]:
+    """(a new temporary folder the postgres user owns, the PostgreSQL server binaries' folder) for a PrivatePostgres;
+    skips on a laptop without the binaries, fails under CI."""
     bindir = _pg_bin()
     require(bindir is not None and shutil.which("runuser") is not None, "PostgreSQL server binaries (postgresql)")
-    root = Path(tempfile.mkdtemp(prefix="fleetops-pg-"))
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     if os.geteuid() == 0:
         shutil.chown(root, "postgres", "postgres")
+    return root, bindir
+
+
+@pytest.fixture(scope="session")
+def private_postgres_server() -> Iterator[PrivatePostgres]:
+    root, bindir = private_server_folder("fleetops-pg-")
     server = PrivatePostgres(root, bindir)
     try:
         _run_manage(["migrate", "--noinput"], DATABASE_URL=server.url(TEMPLATE))  # once; each test copies it

@@ -22,7 +22,7 @@ from tests.faults.conftest import (
     stream,
     wait_for,
 )
-from tests.services import Gunicorn, Worker
+from tests.services import Gunicorn, Worker, console_login
 
 pytestmark = pytest.mark.services  # private servers started from the machine's binaries (conftest.py)
 BATCH = "application/cloudevents-batch+json"
@@ -31,29 +31,6 @@ BATCH = "application/cloudevents-batch+json"
 def _post(url: str, token: str, events: list[dict]) -> requests.Response:
     headers = {"Authorization": f"Bearer {token}", "Content-Type": BATCH}
     return requests.post(url + "/api/v1/events", data=json.dumps(events), headers=headers, timeout=30)
-
-
-def _login(base: str, database_url: str, username: str = "oncall") -> requests.Session:
-    subprocess.run(
-        [sys.executable, "manage.py", "createsuperuser", "--noinput", "--username", username, "--email", "o@x.test"],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": database_url, "REDIS_URL": "", "DJANGO_SUPERUSER_PASSWORD": "pw-0ncall!"},
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    session = requests.Session()
-    form = session.get(base + "/login/", timeout=10)
-    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text).group(1)
-    answer = session.post(
-        base + "/login/",
-        data={"csrfmiddlewaretoken": csrf, "username": username, "password": "pw-0ncall!"},
-        headers={"Referer": base + "/login/"},
-        timeout=10,
-        allow_redirects=False,
-    )
-    assert answer.status_code == 302, answer.text[:500]
-    return session
 
 
 def _agent(url: str, token: str, tmp_path) -> tuple[subprocess.Popen, object]:
@@ -84,7 +61,7 @@ def test_postgres_restart_mid_stream_gives_503_then_a_complete_record(private_po
     web, worker = Gunicorn(tmp_path, env), Worker(**env)
     agent = None
     try:
-        console = _login(web.url, url)
+        console = console_login(web.url, url)
         for batch in batches[:third]:
             assert _post(web.url, token, batch).status_code == 202
 

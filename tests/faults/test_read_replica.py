@@ -13,8 +13,7 @@ import pytest
 import requests
 
 from tests.faults.conftest import app_env, make_private_token
-from tests.faults.test_database_restart import _login
-from tests.services import Gunicorn, wait_for
+from tests.services import Gunicorn, console_login, wait_for
 from tests.stories import T0, event
 
 pytestmark = pytest.mark.services  # private servers started from the machine's binaries (conftest.py)
@@ -63,7 +62,7 @@ def test_pages_read_the_replica_only_while_it_is_fresh(private_postgres, private
     token = make_private_token(primary_url)
     web = Gunicorn(tmp_path, env, workers=1)  # one process: one view of the replica's freshness
     try:
-        oncall, lead = _login(web.url, primary_url), _login(web.url, primary_url, "lead")
+        oncall, lead = console_login(web.url, primary_url), console_login(web.url, primary_url, "lead")
         _start_run(web.url, token, "before-pause")
 
         # Caught up: the page reads the replica and says so.
@@ -87,7 +86,7 @@ def test_pages_read_the_replica_only_while_it_is_fresh(private_postgres, private
 
         # A sign-in now works: users and sessions are read on the primary. Signing in is a write of theirs, so their
         # pages read the primary until the replica has caught up past it.
-        status, stamp = _page(_login(web.url, primary_url, "night"), web.url, "during-pause")
+        status, stamp = _page(console_login(web.url, primary_url, "night"), web.url, "during-pause")
         assert status == 200 and "read replica" not in stamp, stamp
 
         # A console write of the on-call engineer's: their own pages read the primary until the replica has it.
@@ -141,7 +140,7 @@ def test_a_replica_that_is_not_one_is_never_read(private_postgres, tmp_path):
     env["CELERY_TASK_ALWAYS_EAGER"] = "true"
     web = Gunicorn(tmp_path, env, workers=1)
     try:
-        person = _login(web.url, primary_url)
+        person = console_login(web.url, primary_url)
         token = make_private_token(primary_url)
         _start_run(web.url, token, "solo")
         status, stamp = _page(person, web.url, "solo")
