@@ -291,7 +291,7 @@ def test_16384_agents_posting_for_themselves(scale_database):
         f"stream {RATES.total_per_s(CONFIG):,.0f}",
         f"{len(whole):,} POSTs in {WHOLE_S} s; POST p95 {percentile(whole_latencies, 95) * 1000:.0f} ms; done "
         f"{whole_done - whole_202:.1f} s after the last POST; {whole_cores:.2f} of {os.cpu_count()} cores busy; the "
-        f"agents' events {agents_events / WHOLE_S:,.0f}/s of the fleet's {fleet_agents:,.0f} (their readings' phase)",
+        f"agents' events {agents_events / WHOLE_S:,.0f}/s of the fleet's {fleet_agents:,.0f} (each at its own phase)",
     )
     report(
         "agents: the whole stream, an agent's Xid 79, 202 to incident, p50 / p95",
