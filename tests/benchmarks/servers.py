@@ -107,10 +107,12 @@ def _answers(port: int) -> bool:
 
 
 @contextmanager
-def gunicorn(workers: int = 2, threads: int = 1, *, timeout: float = 60, nice: int = 0, **env: str) -> Iterator[str]:
+def gunicorn(
+    workers: int = 2, threads: int = 1, *, timeout: float = 60, nice: int = 0, log: Path | None = None, **env: str
+) -> Iterator[str]:
     """`gunicorn fleetops.wsgi` with `workers` processes (gthread when `threads` > 1) on a free loopback port, at
     `nice` (a lower CPU priority: docs/DEPLOY.md's intake pool); yields the base URL ("http://127.0.0.1:PORT") once it
-    answers, and stops it (SIGTERM, then SIGKILL)."""
+    answers, and stops it (SIGTERM, then SIGKILL). Its output goes to `log`, kept, or to a temporary file, removed."""
     port = _free_port()
     command = [
         *(["nice", "-n", str(nice)] if nice else []),
@@ -129,13 +131,16 @@ def gunicorn(workers: int = 2, threads: int = 1, *, timeout: float = 60, nice: i
     ]
     environment = server_env(**env)
     _collectstatic(environment)
-    log = tempfile.NamedTemporaryFile(prefix="fleetops-gunicorn-", suffix=".log", delete=False)  # noqa: SIM115
-    process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
+    if log is None:
+        output = tempfile.NamedTemporaryFile(prefix="fleetops-gunicorn-", suffix=".log", delete=False)  # noqa: SIM115
+    else:
+        output = log.open("wb")  # noqa: SIM115
+    process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=output, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + timeout
         while not _answers(port):
             if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"gunicorn did not answer on port {port}:\n{Path(log.name).read_text()[-4000:]}")
+                pytest.fail(f"gunicorn did not answer on port {port}:\n{Path(output.name).read_text()[-4000:]}")
             time.sleep(0.2)
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -145,8 +150,9 @@ def gunicorn(workers: int = 2, threads: int = 1, *, timeout: float = 60, nice: i
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(10)
-        log.close()
-        os.unlink(log.name)
+        output.close()
+        if log is None:
+            os.unlink(output.name)
 
 
 @contextmanager

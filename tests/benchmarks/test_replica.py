@@ -26,11 +26,13 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 import psycopg
 import pytest
 import requests
+from celery.exceptions import AlwaysEagerIgnored
 
 from fleetops.celery import app as celery_app
 from runs.domain.simulator import frontier_config
@@ -56,12 +58,15 @@ USERS = 20
 PAGE_S = 15
 PAGES = ("/", "/incidents/")
 DATABASE = "fleetops_replica"
+LOGS = Path(tempfile.gettempdir()) / "fleetops-bench-replica-logs"  # the servers' logs, kept for a failed run
+INTAKE_LOG = LOGS / "intake.log"
 SWEEP_S = 60.0  # runs.tasks.apply_pending_events' period under beat (fleetops/settings.py)
 
 
 @pytest.fixture(scope="module")
 def clusters():
     """A migrated primary and its streaming replica: (primary, replica). Removed afterwards."""
+    LOGS.mkdir(exist_ok=True)
     root, bindir = private_server_folder("fleetops-bench-replica-")
     primary = PrivatePostgres(root, bindir)
     replica = None
@@ -74,10 +79,8 @@ def clusters():
         if replica is not None:
             replica.close()
         primary.close()
-        kept = Path(tempfile.gettempdir()) / "fleetops-bench-replica-logs"  # for a failed run's post-mortem
-        kept.mkdir(exist_ok=True)
         for log in root.rglob("server.log"):
-            shutil.copy(log, kept / f"{log.parent.name}.log")
+            shutil.copy(log, LOGS / f"{log.parent.name}.log")
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -143,7 +146,11 @@ def _applied_wait(primary: PrivatePostgres, source: str, limit_s: float, workers
         assert time.perf_counter() < deadline, f"{left:,} events of {source} still pending after {limit_s} s"
         if time.perf_counter() >= next_sweep:
             errors = [line.strip() for w in workers for line in w.lines if "ERROR" in line or "Retry" in line]
-            say(f"replica: {left:,} events pending {SWEEP_S:.0f} s on; the sweeper sent; workers said: {errors[-5:]}")
+            intake = [line for line in INTAKE_LOG.read_text(errors="replace").splitlines() if "rror" in line]
+            say(
+                f"replica: {left:,} events pending {SWEEP_S:.0f} s on; the sweeper sent; workers said: {errors[-5:]}; "
+                f"the intake: {intake[-5:]} ({INTAKE_LOG})"
+            )
             _sweep()
             sweeps, next_sweep = sweeps + 1, time.perf_counter() + SWEEP_S
         time.sleep(0.2)
@@ -152,7 +159,8 @@ def _applied_wait(primary: PrivatePostgres, source: str, limit_s: float, workers
 
 def _sweep() -> None:
     """What beat sends every minute: the sweepers of events left unapplied and undetected."""
-    with celery_app.connection_for_write(redis_url()) as connection:
+    with celery_app.connection_for_write(redis_url()) as connection, warnings.catch_warnings():
+        warnings.simplefilter("ignore", AlwaysEagerIgnored)  # send_task queues it whatever eager says: what we want
         celery_app.send_task("runs.tasks.apply_pending_events", kwargs={"older_than_s": 0}, connection=connection)
         celery_app.send_task("incidents.tasks.detect_pending", connection=connection)
 
@@ -200,7 +208,7 @@ def test_a_read_replica_beside_the_131072_gpu_stream(bench_database, clusters):
     sampler = LagSampler(primary, replica)
     try:
         with (
-            gunicorn(workers=2, nice=INTAKE_NICE, DATABASE_URL=primary_url) as url,
+            gunicorn(workers=2, nice=INTAKE_NICE, log=INTAKE_LOG, DATABASE_URL=primary_url) as url,
             celery_workers(WORKERS, DATABASE_URL=primary_url, LOG_LEVEL="INFO") as workers,
         ):
             wal_before = _wal_position(primary, "pg_current_wal_lsn()")
