@@ -98,8 +98,14 @@ class _Freshness:
             self._marks.popleft()  # keep the newest mark past the horizon: it may still be the replica's position
         if replayed is None:
             return None  # not a replica (pg_last_wal_replay_lsn() is null on a primary): never read it as one
-        caught_up = [at for at, position in self._marks if position <= replayed]
-        return caught_up[-1] if caught_up else None
+        return replayed_as_of(self._marks, replayed)
+
+
+def replayed_as_of(marks, replayed: int):
+    """The latest of `marks` ((time, the primary's WAL position then), oldest first) whose position a replica that has
+    replayed up to `replayed` holds: the time as of which it has the primary's record; None if none."""
+    caught_up = [at for at, position in marks if position <= replayed]
+    return caught_up[-1] if caught_up else None
 
 
 def _lsn(alias: str, expression: str) -> int | None:

@@ -35,6 +35,7 @@ import requests
 from celery.exceptions import AlwaysEagerIgnored
 
 from fleetops.celery import app as celery_app
+from fleetops.replica import replayed_as_of
 from runs.domain.simulator import frontier_config
 from runs.domain.telemetry import AT_SCALE, telemetry
 from tests.faults.conftest import (
@@ -125,8 +126,8 @@ class LagSampler(threading.Thread):
                         now = time.monotonic()
                         marks.append((now, int(primary.execute(lsn.format("pg_current_wal_lsn()")).fetchone()[0])))
                         replayed = int(replica.execute(lsn.format("pg_last_wal_replay_lsn()")).fetchone()[0])
-                        caught_up = [at for at, position in marks if position <= replayed]
-                        self.lags.append(now - caught_up[-1] if caught_up else now - marks[0][0])
+                        as_of = replayed_as_of(marks, replayed)  # the router's own reckoning
+                        self.lags.append(now - (marks[0][0] if as_of is None else as_of))
             except psycopg.OperationalError as exc:
                 self.dropped.append(str(exc).splitlines()[0])
                 self.stop.wait(SAMPLE_S)  # a server that is gone: ask again at the pace of the samples, no faster
