@@ -63,7 +63,7 @@ $(BENCH_STAMP): $(TEST_STAMP) pyproject.toml
 # Figures, not tests: see docs/PERFORMANCE.md. The first run loads the 54-day simulated run (minutes); later runs keep it.
 # From the system's packages, installed here when missing: wrk (the pages benchmark's load generator) and Slurm (the
 # restart-loss benchmark's loopback cluster).
-BENCH_DEBS := $(if $(shell command -v wrk),,wrk) $(if $(shell command -v slurmctld),,slurm-wlm slurmrestd munge)
+BENCH_DEBS := $(if $(shell command -v wrk),,wrk) $(if $(wildcard /usr/bin/chromium),,chromium) $(if $(shell command -v slurmctld),,slurm-wlm slurmrestd munge)
 bench: $(BENCH_STAMP)
 	@[ -z "$(strip $(BENCH_DEBS))" ] || { echo "Installing $(strip $(BENCH_DEBS))"; \
 		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \

@@ -24,6 +24,11 @@ from runs import selectors
 from runs.models import Node, Run
 
 LIVE_S = 10  # the overview's figures refresh this often, like the board
+# Above this many nodes the grid comes with the page only when asked (?part=grid): htmx asks when it scrolls into
+# view, a browser without scripts by the grid's link. 16,384 cells are 1.5 MB of HTML, which a phone with its CPU
+# slowed 4x took 4.5-5.8 s to parse and lay out before the page's scripts ran (docs/PERFORMANCE.md); 2,048 nodes (the
+# Llama 3 fleet) are an eighth of that, and come with the page.
+GRID_INLINE_NODES = 2_048
 RUNS_PAGE = 25  # rows of the overview's run table a page: a fleet's months of runs are ?page=2 and on
 
 
@@ -36,6 +41,9 @@ def overview(request):
         return render(
             request, "runs/overview.html#fleet-live", _live_context(timezone.now(), selectors.node_states_by_cluster())
         )
+    part = request.GET.get("part")
+    if request.htmx and not request.htmx.history_restore_request and part == "grid":
+        return render(request, "runs/overview.html#grid-racks", _grid_context())
     state = request.GET.get("state", "")
     if state not in Run.State.values:
         state = ""
@@ -62,9 +70,13 @@ def overview(request):
         "node_states": Node.STATES,
         "interruptions": selectors.interruptions_recent(),
         "quarantined_events": selectors.events_quarantined_count(),
-        **_grid_context(),
         **_live_context(now, clusters),
     }
+    # A large fleet's grid waits until it is wanted; the page asked with ?part=grid (the link for a browser without
+    # scripts) draws it in place.
+    context["grid_later"] = context["node_total"] > GRID_INLINE_NODES and part != "grid"
+    if not context["grid_later"]:
+        context |= _grid_context()
     return render(request, "runs/overview.html", context)
 
 

@@ -147,18 +147,27 @@
         document.dispatchEvent(new CustomEvent("fleetops:theme", { detail: next }));
       });
     }
-    // The node grid shows one state at a time when asked: the rest fade, their places kept.
-    var filter = document.getElementById("grid-filter"), grid = document.getElementById("grid-racks");
-    if (filter && grid) {
-      filter.addEventListener("click", function (event) {
-        var button = event.target.closest("button.grid-show");
-        if (!button) return;
-        filter.querySelectorAll("button.grid-show").forEach(function (b) { b.setAttribute("aria-pressed", b === button ? "true" : "false"); });
-        var state = button.dataset.state, cls = state === "hot" ? "hot" : "s-" + state;
+    // The node grid shows one state at a time when asked: the rest fade, their places kept. A large fleet's grid
+    // arrives after the page (htmx, when scrolled to): the state asked for meanwhile applies to it when it lands.
+    var filter = document.getElementById("grid-filter");
+    if (filter) {
+      var showGrid = function () {
+        var grid = document.getElementById("grid-racks"), pressed = filter.querySelector('button.grid-show[aria-pressed="true"]');
+        if (!grid || !pressed) return;
+        var state = pressed.dataset.state, cls = state === "hot" ? "hot" : "s-" + state;
         if (state) grid.dataset.show = state; else delete grid.dataset.show;
         grid.querySelectorAll(".cell").forEach(function (cell) {
           cell.classList.toggle("faded", !!state && !cell.classList.contains(cls));
         });
+      };
+      filter.addEventListener("click", function (event) {
+        var button = event.target.closest("button.grid-show");
+        if (!button) return;
+        filter.querySelectorAll("button.grid-show").forEach(function (b) { b.setAttribute("aria-pressed", b === button ? "true" : "false"); });
+        showGrid();
+      });
+      document.addEventListener("htmx:load", function (event) {
+        if (event.target.id === "grid-racks") showGrid();
       });
     }
     var close = document.getElementById("keyboard-help-close");

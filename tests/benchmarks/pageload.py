@@ -36,10 +36,13 @@ ACCESS_FORMAT = "%(m)s %(U)s %(s)s %(D)s"  # method, path, status, request time 
 # over: latency percentiles are in microseconds.
 _WRK_SCRIPT = """
 local cookies = {%s}
+local extra = {%s}
 local sent = 0
 request = function()
   sent = sent + 1
-  return wrk.format(nil, nil, {["Cookie"] = cookies[(sent %% #cookies) + 1]})
+  local headers = {["Cookie"] = cookies[(sent %% #cookies) + 1]}
+  for name, value in pairs(extra) do headers[name] = value end
+  return wrk.format(nil, nil, headers)
 end
 function done(summary, latency, requests)
   local e = summary.errors
@@ -56,6 +59,7 @@ end
 class Page:
     name: str
     path: str
+    headers: tuple[tuple[str, str], ...] = ()  # sent with every request: ("HX-Request", "true") for an htmx part
 
 
 @dataclass(frozen=True)
@@ -110,21 +114,30 @@ def static_files() -> Iterator[Path]:
         yield Path(root)
 
 
-def get(base: str, path: str, cookie: str) -> tuple[int, bytes]:
+def get(base: str, path: str, cookie: str, headers: tuple[tuple[str, str], ...] = ()) -> tuple[int, bytes]:
     host, port = base.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=60)
     try:
-        conn.request("GET", path, headers={"Cookie": cookie})
+        conn.request("GET", path, headers={"Cookie": cookie, **dict(headers)})
         response = conn.getresponse()
         return response.status, response.read()
     finally:
         conn.close()
 
 
-def run_wrk(url: str, cookies: list[str], *, seconds: int, connections: int, script_dir: Path) -> dict:
+def run_wrk(
+    url: str,
+    cookies: list[str],
+    *,
+    seconds: int,
+    connections: int,
+    script_dir: Path,
+    headers: tuple[tuple[str, str], ...] = (),
+) -> dict:
     """wrk's summary of `connections` keep-alive connections asking for `url` back to back for `seconds`."""
     script = script_dir / "pageload.lua"
-    script.write_text(_WRK_SCRIPT % ", ".join(json.dumps(cookie) for cookie in cookies))
+    extra = ", ".join(f"[{json.dumps(name)}] = {json.dumps(value)}" for name, value in headers)
+    script.write_text(_WRK_SCRIPT % (", ".join(json.dumps(cookie) for cookie in cookies), extra))
     command = [
         wrk(),
         f"-t{min(WRK_THREADS, connections)}",
@@ -170,7 +183,9 @@ def server_times(log: Path, offset: int, path: str) -> list[float]:
 def measure(base: str, page: Page, cookies: list[str], log: Path, *, connections: int, seconds: int) -> Measured:
     """`connections` keep-alive connections sending GET page.path back to back for `seconds`."""
     offset = log.stat().st_size
-    summary = run_wrk(base + page.path, cookies, seconds=seconds, connections=connections, script_dir=log.parent)
+    summary = run_wrk(
+        base + page.path, cookies, seconds=seconds, connections=connections, script_dir=log.parent, headers=page.headers
+    )
     assert summary["status_errors"] == 0 and summary["socket_errors"] == 0, f"{page.name}: {summary}"
     time.sleep(0.5)  # the last lines reach the log
     server = server_times(log, offset, page.path)

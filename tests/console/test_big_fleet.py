@@ -1,6 +1,6 @@
 """The incident page at 16,384 nodes (issue 20): a fault on every node of a run is a few screens, not 18,518 px of
-hostnames, and renders under 300 ms of server time; the overview draws every node, the board folds their names, and
-the page's polls read only what they show."""
+hostnames, and renders under 300 ms of server time; the overview draws every node (once scrolled to), the board
+folds their names, and the page's polls read only what they show."""
 
 import re
 import time
@@ -55,16 +55,16 @@ def test_an_incident_on_every_node_of_a_16384_node_run_names_its_hosts_folded(an
         assert "incidents_alert" not in read and "incidents_incident_nodes" not in read, part
 
 
-def _fastest_ms(client, url: str, times: int = 10) -> tuple[float, list[int]]:
+def _fastest_ms(client, url: str, times: int = 10, headers=None) -> tuple[float, list[int]]:
     """The fastest of `times` requests after a warm-up: the server's own time, the least disturbed by whatever else
     the machine runs (the issue's bound is on the page's cost, not on the CI machine's other work). Ten, not five: on
     a shared 2-core machine whose speed swings by half for seconds at a time (7-11 ms for one fixed Python loop, run
     to run), five in a row could all land in a slow spell."""
-    client.get(url)
+    client.get(url, headers=headers)
     timings = []
     for _ in range(times):
         started = time.perf_counter()
-        assert client.get(url).status_code == 200
+        assert client.get(url, headers=headers).status_code == 200
         timings.append((time.perf_counter() - started) * 1000)
     return min(timings), [round(t) for t in timings]
 
@@ -76,9 +76,13 @@ def test_the_16384_node_incident_renders_under_300_ms_and_the_overview_draws_eve
     assert fastest < 300
 
     fastest, timings = _fastest_ms(ana, "/")
-    print(f"overview, {NODES:,} nodes: {timings} ms")
+    print(f"overview, {NODES:,} nodes, its grid to come: {timings} ms")
     assert fastest < 500
-    grid = ana.get("/").content.decode()
-    grid = grid[grid.index('id="grid-racks"') :]
+    page = ana.get("/").content.decode()
+    assert 'class="cell s-' not in page[page.index('id="grid-racks"') :]  # past GRID_INLINE_NODES: it comes later
+    fastest, timings = _fastest_ms(ana, "/?part=grid", headers={"HX-Request": "true"})
+    print(f"overview's grid, {NODES:,} nodes: {timings} ms")
+    assert fastest < 500
+    grid = ana.get("/?part=grid", HTTP_HX_REQUEST="true").content.decode()
     assert grid.count('class="cell s-') == NODES and grid.count('class="rack"') == NODES // 32
     assert grid.count('class="cell s-draining hot"') == 2  # in the open incident, and draining

@@ -410,10 +410,32 @@ def test_the_overview_grid_costs_the_same_queries_at_any_size(oncall, db):
     Node.objects.bulk_create(Node(hostname=f"big-{i:04d}", rack=f"b{i // 32:02d}") for i in range(2048))
     cache.clear()  # both counts with a cold cache (the spare pools keep their repair times in it)
     with CaptureQueriesContext(connection) as large:
-        html = oncall.get("/").content.decode()
+        html = oncall.get("/?part=grid").content.decode()  # past GRID_INLINE_NODES: the page with its grid drawn
     assert len(large) == len(small)
     # Every node once, plus a swatch for each state the legend offers to show ("all" has none).
     assert html.count('class="cell s-') == 2088 + html.count('class="grid-show"') - 1
+
+
+def test_a_large_fleets_grid_comes_when_it_is_scrolled_to(oncall, db, monkeypatch):
+    from fleetops.console import overview
+
+    monkeypatch.setattr(overview, "GRID_INLINE_NODES", 40)
+    _fleet(40)
+    html = oncall.get("/").content.decode()
+    assert 'class="cell s-' in html[html.index('id="grid-racks"') :]  # 40 nodes: drawn with the page
+    Node.objects.create(hostname="one-more", rack="r99", state="draining")
+    html = oncall.get("/").content.decode()
+    grid = html[html.index('id="node-grid"') : html.index('id="clusters"')]
+    racks = grid[grid.index('id="grid-racks"') :]
+    assert 'class="cell s-' not in racks and 'hx-get="/?part=grid" hx-trigger="intersect once"' in racks
+    assert "41 nodes" in grid and 'href="/?part=grid#node-grid">Draw them now</a>' in grid  # without scripts
+    assert 'data-state="draining"' in grid  # the legend's counts and filters come with the page
+
+    part = oncall.get("/?part=grid", HTTP_HX_REQUEST="true").content.decode()
+    assert part.lstrip().startswith('<div class="grid-racks" id="grid-racks"') and "<html" not in part
+    assert part.count('class="cell s-') == 41 and 'title="one-more · draining"' in part
+    whole = oncall.get("/?part=grid").content.decode()  # the link: the page, its grid drawn in place
+    assert "<html" in whole and whole.count('class="cell s-') == 41 + whole.count('class="grid-show"') - 1
 
 
 def test_the_overview_lists_lemon_nodes(oncall, db):
