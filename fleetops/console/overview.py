@@ -24,8 +24,8 @@ from runs import selectors
 from runs.models import Node, Run
 
 LIVE_S = 10  # the overview's figures refresh this often, like the board
-# Above this many nodes the grid comes with the page only when asked (?part=grid): htmx asks when it scrolls into
-# view, a browser without scripts by the grid's link. 16,384 cells are 1.5 MB of HTML, which a phone with its CPU
+# Above this many nodes the grid comes with the page only when asked (?part=grid): console.js asks when it scrolls
+# into view, a browser without scripts by the grid's link. 16,384 cells are 1.5 MB of HTML, which a phone with its CPU
 # slowed 4x took 4.5-5.8 s to parse and lay out before the page's scripts ran (docs/PERFORMANCE.md); 2,048 nodes (the
 # Llama 3 fleet) are an eighth of that, and come with the page.
 GRID_INLINE_NODES = 2_048

@@ -147,28 +147,43 @@
         document.dispatchEvent(new CustomEvent("fleetops:theme", { detail: next }));
       });
     }
-    // The node grid shows one state at a time when asked: the rest fade, their places kept. A large fleet's grid
-    // arrives after the page (htmx, when scrolled to): the state asked for meanwhile applies to it when it lands.
+    // The node grid shows one state at a time when asked: the rest fade, their places kept.
     var filter = document.getElementById("grid-filter");
+    var showGrid = function () {
+      var grid = document.getElementById("grid-racks"), pressed = filter && filter.querySelector('button.grid-show[aria-pressed="true"]');
+      if (!grid || !pressed) return;
+      var state = pressed.dataset.state, cls = state === "hot" ? "hot" : "s-" + state;
+      if (state) grid.dataset.show = state; else delete grid.dataset.show;
+      grid.querySelectorAll(state ? ".cell" : ".cell.faded").forEach(function (cell) {
+        cell.classList.toggle("faded", !!state && !cell.classList.contains(cls));
+      });
+    };
     if (filter) {
-      var showGrid = function () {
-        var grid = document.getElementById("grid-racks"), pressed = filter.querySelector('button.grid-show[aria-pressed="true"]');
-        if (!grid || !pressed) return;
-        var state = pressed.dataset.state, cls = state === "hot" ? "hot" : "s-" + state;
-        if (state) grid.dataset.show = state; else delete grid.dataset.show;
-        grid.querySelectorAll(".cell").forEach(function (cell) {
-          cell.classList.toggle("faded", !!state && !cell.classList.contains(cls));
-        });
-      };
       filter.addEventListener("click", function (event) {
         var button = event.target.closest("button.grid-show");
         if (!button) return;
         filter.querySelectorAll("button.grid-show").forEach(function (b) { b.setAttribute("aria-pressed", b === button ? "true" : "false"); });
         showGrid();
       });
-      document.addEventListener("htmx:load", function (event) {
-        if (event.target.id === "grid-racks") showGrid();
+    }
+    // A large fleet's grid comes when it is scrolled to, and takes the state picked meanwhile. Fetched and put in
+    // place here, not by htmx: htmx would walk its 16,384 cells for attributes they never carry (1.4 s of a phone).
+    var later = document.querySelector("#grid-racks[data-grid-src]");
+    if (later && "IntersectionObserver" in window) {
+      var observer = new IntersectionObserver(function (entries) {
+        if (!entries.some(function (entry) { return entry.isIntersecting; })) return;
+        observer.disconnect();
+        fetch(later.dataset.gridSrc, { headers: { "HX-Request": "true" }, credentials: "same-origin" })
+          .then(function (response) {
+            if (!response.ok) throw new Error("HTTP " + response.status);
+            return response.text();
+          })
+          .then(function (html) { later.outerHTML = html; showGrid(); })
+          .catch(function (error) {
+            later.insertAdjacentHTML("afterbegin", '<p class="banner warn">The grid did not load (' + String(error.message).replace(/[<>&]/g, "") + ").</p>");
+          });
       });
+      observer.observe(later);
     }
     var close = document.getElementById("keyboard-help-close");
     if (close) close.addEventListener("click", function () { toggleHelp(false); });

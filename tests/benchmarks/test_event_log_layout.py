@@ -1,5 +1,6 @@
-"""docs/DEPLOY.md's step 3, measured before it is built: the event log partitioned by the hour it was received in,
-with the dedupe key kept in a table of its own, against the log as it is (one table, `(source, event_id)` unique).
+"""docs/DEPLOY.md's steps 2 and 3, measured before either is built. Step 3: the event log partitioned by the hour it
+was received in, with the dedupe key kept in a table of its own, against the log as it is (one table,
+`(source, event_id)` unique).
 
 Both layouts are made here, in a scratch schema, from the real table (`LIKE runs_event`: its columns, and its
 indexes on both), and both are filled with the same rows of the 131,072-GPU stream (runs.domain.telemetry,
@@ -16,6 +17,13 @@ Measured:
 3. Retention of the oldest hour: today's DELETE and the VACUUM that gives its space back, against a partition
    dropped (and the dedupe table's rows of that hour deleted, which in a deployment waits for the spool's age).
 4. Bytes a row, tables and indexes.
+
+Step 2: the rank samples alone (63% of the stream), into a narrow table of their own partitioned by hour, keyed by
+(run, type, rank, step) within the hour, against the same samples into today's log: insert, bytes a row, and an
+hour's retention.
+
+What neither can show on this machine: the point where the global unique index outgrows memory and each insert's
+check reads the disk (docs/DEPLOY.md puts it within hours at a million GPUs); the filled tables here are a few GB.
 
 Nothing is asserted of the speeds: they are this machine's, reported beside today's layout measured in the same run.
 """
@@ -113,8 +121,12 @@ def _rows(events: list[dict]) -> str:
     return json.dumps(rows)
 
 
-def _batches(hour: int) -> list[str]:
-    events = list(telemetry(CONFIG, AT_SCALE, start_s=hour * SECONDS_AN_HOUR, seconds=SECONDS_AN_HOUR))
+def _batches(hour: int, types: frozenset[str] | None = None) -> list[str]:
+    events = [
+        e
+        for e in telemetry(CONFIG, AT_SCALE, start_s=hour * SECONDS_AN_HOUR, seconds=SECONDS_AN_HOUR)
+        if types is None or e["type"] in types
+    ]
     return [_rows(events[i : i + BATCH]) for i in range(0, len(events), BATCH)]
 
 
@@ -222,4 +234,74 @@ def test_the_event_log_partitioned_by_hour_with_a_dedupe_table(bench_database):
         f"{size_parts / rows:,.0f} + dedupe {size_dedupe / rows:,.0f}",
         f"one table: {size_today / rows:,.0f}",
         "tables, indexes and TOAST, after the resent batches",
+    )
+
+
+RANK_TYPES = frozenset({"rank.step_time", "rank.grad_norm"})
+# Step 2: a rank's sample of a step, its value, and when; the key is the sample's own, within the hour received.
+SAMPLES = f"""
+    INSERT INTO {SCHEMA}.samples (run, type, rank, step, value, time, received_at)
+    SELECT r, t, (d->>'rank')::int, (d->>'step')::bigint, coalesce(d->>'seconds', d->>'value')::float8, w,
+           %(received)s
+    FROM {_BATCH}
+    ON CONFLICT DO NOTHING RETURNING rank"""
+
+
+def test_rank_samples_in_a_store_of_their_own(bench_database):
+    connection.ensure_connection()
+    params = connection.get_connection_params()
+    start = CONFIG.start
+    with psycopg.connect(**params, autocommit=True) as db, db.cursor() as cursor:
+        _layouts(cursor, start)
+        cursor.execute(
+            f"CREATE TABLE {SCHEMA}.samples (run varchar(200) NOT NULL, type varchar(50) NOT NULL, rank int NOT NULL, "
+            "step bigint NOT NULL, value float8 NOT NULL, time timestamptz NOT NULL, received_at timestamptz NOT NULL, "
+            "PRIMARY KEY (run, type, rank, step, received_at)) PARTITION BY RANGE (received_at)"
+        )
+        for hour in range(HOURS):
+            cursor.execute(
+                f"CREATE TABLE {SCHEMA}.samples_{hour} PARTITION OF {SCHEMA}.samples FOR VALUES FROM (%s) TO (%s)",
+                [start + timedelta(hours=hour), start + timedelta(hours=hour + 1)],
+            )
+        spent = {"log": 0.0, "samples": 0.0}
+        rows = 0
+        try:
+            for hour in range(HOURS):
+                batches = _batches(hour, RANK_TYPES)
+                step = timedelta(hours=1) / len(batches)
+                for n, batch in enumerate(batches):
+                    received = start + timedelta(hours=hour) + n * step
+                    for name, statement in (("log", TODAY), ("samples", SAMPLES)):
+                        stored, seconds = _insert(cursor, statement, batch, received)
+                        assert stored == len(json.loads(batch)), (name, hour, n, stored)
+                        spent[name] += seconds
+                    rows += stored
+                say(f"rank samples: hour {hour + 1} of {HOURS}, {rows:,} rows in each")
+            size_log = _size(cursor, ["log"])
+            size_samples = _size(cursor, [f"samples_{hour}" for hour in range(HOURS)])
+            cutoff = start + timedelta(hours=1)
+            delete_s = _timed(cursor, f"DELETE FROM {SCHEMA}.log WHERE received_at < '{cutoff.isoformat()}'")
+            vacuum_s = _timed(cursor, f"VACUUM {SCHEMA}.log")
+            drop_s = _timed(cursor, f"DROP TABLE {SCHEMA}.samples_0")
+        finally:
+            cursor.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+
+    rate = {name: rows / s for name, s in spent.items()}
+    report(
+        "rank samples in a table of their own, by hour: insert samples/s",
+        f"{rate['samples']:,.0f}",
+        f"into the event log: {rate['log']:,.0f} ({rate['samples'] / rate['log']:.1f}x)",
+        f"{rows:,} rank.step_time and rank.grad_norm in {HOURS} hourly partitions, batches of up to {BATCH:,}",
+    )
+    report(
+        "rank samples in a table of their own, by hour: bytes a row",
+        f"{size_samples / rows:,.0f}",
+        f"in the event log: {size_log / rows:,.0f} ({size_log / size_samples:.1f}x)",
+        "tables, indexes and TOAST",
+    )
+    report(
+        "rank samples in a table of their own, by hour: retention of an hour, ms",
+        f"{drop_s * 1000:,.0f}",
+        f"the event log: DELETE {delete_s * 1000:,.0f} + VACUUM {vacuum_s * 1000:,.0f}",
+        f"{rows // HOURS:,} samples: a partition dropped",
     )

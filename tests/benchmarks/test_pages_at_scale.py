@@ -233,12 +233,25 @@ _PAINTED = """() => new Promise((resolve) => {
   }).observe({type: "largest-contentful-paint", buffered: true});
 })"""
 
+# When the grid's racks are in the page and the frame after is painted (a task after the next animation frame).
+_GRID_WATCH = """() => {
+  window.gridDrawn = new Promise((resolve) => {
+    const seen = new MutationObserver(() => {
+      if (!document.querySelector("#grid-racks .rack")) return;
+      seen.disconnect();
+      requestAnimationFrame(() => setTimeout(() => resolve(performance.now())));
+    });
+    seen.observe(document.getElementById("node-grid"), {childList: true, subtree: true});
+  });
+}"""
+
 
 def test_the_overview_on_a_slowed_phone(pages, static_files, tmp_path):
     """The overview at 131,072 GPUs in Chromium at a phone's 390x844 with its CPU slowed 4x, as deployed (page cache
     on): when its first screen is painted (LCP) and when it is whole (DOMContentLoaded: parsed, its scripts run),
     against the same page with its 16,384-cell grid drawn in (?part=grid, what every load cost before the grid came
-    when scrolled to); then how long the grid takes to come once scrolled to. Median of PHONE_LOADS loads each."""
+    when scrolled to); then how long the grid takes to come, drawn, once scrolled to. Median of PHONE_LOADS loads
+    each."""
     from playwright.sync_api import sync_playwright
 
     from tests.browser.conftest import ARGS, CHROMIUM
@@ -264,12 +277,16 @@ def test_the_overview_on_a_slowed_phone(pages, static_files, tmp_path):
                 page.goto(base + path, wait_until="load")
                 marks = page.evaluate(_PAINTED)
                 if scroll:
+                    page.evaluate(_GRID_WATCH)
                     started = page.evaluate("performance.now()")
                     page.locator("#node-grid").scroll_into_view_if_needed()
-                    page.wait_for_function(
-                        f"document.querySelectorAll('#grid-racks .cell').length === {nodes}", polling=50
+                    marks["grid"] = page.evaluate("() => window.gridDrawn") - started
+                    fetched = page.evaluate(
+                        "() => performance.getEntriesByType('resource').find((e) => e.name.includes('part=grid'))"
+                        ".responseEnd"
                     )
-                    marks["grid"] = page.evaluate("performance.now()") - started
+                    marks["fetched"] = fetched - started
+                    assert page.locator("#grid-racks .cell").count() == nodes
                 return marks
             finally:
                 context.close()
@@ -283,14 +300,15 @@ def test_the_overview_on_a_slowed_phone(pages, static_files, tmp_path):
     def median(loads: list[dict], key: str) -> float:
         return sorted(m[key] for m in loads)[len(loads) // 2]
 
-    lcp, dcl, grid = median(later, "lcp"), median(later, "dcl"), median(later, "grid")
+    lcp, dcl, grid, fetched = (median(later, key) for key in ("lcp", "dcl", "grid", "fetched"))
     report(
         f"pages at 131,072 GPUs: the overview on a phone (390 px, CPU {PHONE_SLOWDOWN}x slower), painted / whole ms",
         f"{lcp:,.0f} / {dcl:,.0f}",
         f"its grid drawn in: {median(drawn, 'lcp'):,.0f} / {median(drawn, 'dcl'):,.0f} "
         f"({median(drawn, 'dcl') / dcl:,.1f}x)",
         f"median of {PHONE_LOADS} loads; the grid's {nodes:,} cells then come {grid:,.0f} ms after it is "
-        f"scrolled to; {later[0]['bytes'] / 1e3:,.0f} kB vs {drawn[0]['bytes'] / 1e3:,.0f} kB",
+        f"scrolled to ({fetched:,.0f} ms to fetch them); {later[0]['bytes'] / 1e3:,.0f} kB vs "
+        f"{drawn[0]['bytes'] / 1e3:,.0f} kB",
         bound=f"painted < {BOUND_PHONE_LCP_MS:,.0f} ms",
     )
     assert lcp < BOUND_PHONE_LCP_MS, f"the overview's largest paint at {lcp:,.0f} ms on a slowed phone"
