@@ -31,6 +31,7 @@ Nothing is asserted of the speeds: they are this machine's, reported beside toda
 import json
 import os
 import time
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import psycopg
@@ -151,32 +152,48 @@ def _timed(cursor, statement: str) -> float:
     return time.perf_counter() - started
 
 
+@dataclass
+class Filled:
+    """What filling HOURS hours into each layout took: seconds per layout, in all and in the last hour."""
+
+    spent: dict[str, float]
+    last_hour: dict[str, float]
+    rows: int = 0  # into each layout
+    last_rows: int = 0
+    first_batches: list[str] = field(default_factory=list)  # hour 0's first RESENT_BATCHES
+
+
+def _fill(cursor, statements: dict[str, str], what: str, types: frozenset[str] | None = None) -> Filled:
+    """The same batches into each layout in turn, each batch stamped as received at its place in its hour."""
+    filled = Filled(spent=dict.fromkeys(statements, 0.0), last_hour=dict.fromkeys(statements, 0.0))
+    for hour in range(HOURS):
+        batches = _batches(hour, types)
+        filled.first_batches = filled.first_batches or batches[:RESENT_BATCHES]
+        step = timedelta(hours=1) / len(batches)
+        for n, batch in enumerate(batches):
+            received = CONFIG.start + timedelta(hours=hour) + n * step
+            for name, statement in statements.items():
+                stored, seconds = _insert(cursor, statement, batch, received)
+                assert stored == len(json.loads(batch)), (name, hour, n, stored)
+                filled.spent[name] += seconds
+                if hour == HOURS - 1:
+                    filled.last_hour[name] += seconds
+            filled.rows += stored
+            filled.last_rows += stored if hour == HOURS - 1 else 0
+        say(f"{what}: hour {hour + 1} of {HOURS}, {filled.rows:,} rows in each")
+    return filled
+
+
 def test_the_event_log_partitioned_by_hour_with_a_dedupe_table(bench_database):
     connection.ensure_connection()
     params = connection.get_connection_params()
     start = CONFIG.start
     with psycopg.connect(**params, autocommit=True) as db, db.cursor() as cursor:
         _layouts(cursor, start)
-        spent = {"today": 0.0, "partitioned": 0.0}
-        last_hour = {"today": 0.0, "partitioned": 0.0}
-        rows = last_rows = 0
-        first_batches: list[str] = []
         try:
-            for hour in range(HOURS):
-                batches = _batches(hour)
-                first_batches = first_batches or batches[:RESENT_BATCHES]
-                step = timedelta(hours=1) / len(batches)
-                for n, batch in enumerate(batches):
-                    received = start + timedelta(hours=hour) + n * step
-                    for name, statement in (("today", TODAY), ("partitioned", PARTITIONED)):
-                        stored, seconds = _insert(cursor, statement, batch, received)
-                        assert stored == len(json.loads(batch)), (name, hour, n, stored)
-                        spent[name] += seconds
-                        if hour == HOURS - 1:
-                            last_hour[name] += seconds
-                    rows += stored
-                    last_rows += stored if hour == HOURS - 1 else 0
-                say(f"event log layouts: hour {hour + 1} of {HOURS}, {rows:,} rows in each")
+            filled = _fill(cursor, {"today": TODAY, "partitioned": PARTITIONED}, "event log layouts")
+            spent, last_hour, rows, last_rows = filled.spent, filled.last_hour, filled.rows, filled.last_rows
+            first_batches = filled.first_batches
             cursor.execute(f"ANALYZE {SCHEMA}.log; ANALYZE {SCHEMA}.plog; ANALYZE {SCHEMA}.dedupe")
 
             # Sent again: in the same hour (a retry), and hours later (a spool emptied): both layouts skip them all.
@@ -263,20 +280,9 @@ def test_rank_samples_in_a_store_of_their_own(bench_database):
                 f"CREATE TABLE {SCHEMA}.samples_{hour} PARTITION OF {SCHEMA}.samples FOR VALUES FROM (%s) TO (%s)",
                 [start + timedelta(hours=hour), start + timedelta(hours=hour + 1)],
             )
-        spent = {"log": 0.0, "samples": 0.0}
-        rows = 0
         try:
-            for hour in range(HOURS):
-                batches = _batches(hour, RANK_TYPES)
-                step = timedelta(hours=1) / len(batches)
-                for n, batch in enumerate(batches):
-                    received = start + timedelta(hours=hour) + n * step
-                    for name, statement in (("log", TODAY), ("samples", SAMPLES)):
-                        stored, seconds = _insert(cursor, statement, batch, received)
-                        assert stored == len(json.loads(batch)), (name, hour, n, stored)
-                        spent[name] += seconds
-                    rows += stored
-                say(f"rank samples: hour {hour + 1} of {HOURS}, {rows:,} rows in each")
+            filled = _fill(cursor, {"log": TODAY, "samples": SAMPLES}, "rank samples", RANK_TYPES)
+            spent, rows = filled.spent, filled.rows
             size_log = _size(cursor, ["log"])
             size_samples = _size(cursor, [f"samples_{hour}" for hour in range(HOURS)])
             cutoff = start + timedelta(hours=1)
