@@ -103,6 +103,11 @@ class ApiTokenAdmin(admin.ModelAdmin):
             messages.warning(request, f"API token for {obj.name} (shown once, copy it now): {token}")
         super().save_model(request, obj, form, change)
 
+    def has_delete_permission(self, request, obj=None):
+        # Revoked, never deleted: the event log names the token of every event it sent (who said what), and deleting
+        # one would make PostgreSQL look for its events through the whole log (token_id has no index, on purpose).
+        return False
+
     @admin.action(description="Revoke the selected tokens (refused from now on)")
     def revoke(self, request, queryset):
         # Only tokens still live: an earlier revocation keeps its time.

@@ -38,13 +38,16 @@ def events_detect(*, event_ids: list[int]) -> int:
     """Run the event-driven detectors over applied events; returns the findings recorded.
 
     Each event is claimed (detected_at) in the same transaction as what it causes, so a task run twice, or
-    by two workers, counts every event once.
+    by two workers, counts every event once. A row another transaction holds is waited for, not skipped: the second
+    of two detections finds it claimed once the first commits, and an applier's scan may hold a row it found applied
+    until its own chunk commits (tests/incidents/detection/test_claims.py); a skipped event would wait for the
+    sweeper. Every detection locks its chunk in the same (time, id) order, so two never deadlock on events.
     """
     recorded = 0
     for start in range(0, len(event_ids), CHUNK):
         with transaction.atomic():
             events = list(
-                Event.objects.select_for_update(skip_locked=True)
+                Event.objects.select_for_update()
                 .filter(pk__in=event_ids[start : start + CHUNK], applied_at__isnull=False, detected_at__isnull=True)
                 .exclude(quarantined_at__isnull=False)  # out of the record until replayed: nothing to detect on
                 .order_by("time", "id")

@@ -1,4 +1,5 @@
-"""The admin: API tokens created there are shown once and work; the event log is read-only."""
+"""The admin: API tokens created there are shown once and work, and are revoked, never deleted; the event log is
+read-only."""
 
 import re
 
@@ -26,6 +27,16 @@ def test_it_creates_a_token_and_shows_it_once(admin):
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     assert api.get("/api/v1/runs").status_code == 403  # events:write only
+
+
+def test_a_token_is_revoked_never_deleted(admin):
+    token = ApiToken.objects.create(name="old", digest=ApiToken.digest_of("fo_x"), scopes=["events:write"])
+    assert admin.post(f"/admin/runs/apitoken/{token.pk}/delete/", {"post": "yes"}).status_code == 403
+    changelist = admin.get("/admin/runs/apitoken/").content.decode()
+    assert "Revoke the selected tokens" in changelist and "Delete selected" not in changelist
+    admin.post("/admin/runs/apitoken/", {"action": "revoke", "_selected_action": [token.pk]})
+    token.refresh_from_db()
+    assert token.revoked_at is not None and ApiToken.objects.filter(pk=token.pk).exists()
 
 
 def test_it_refuses_an_agent_token_without_its_node_and_bounds_that_are_not_lists(admin):
