@@ -8,6 +8,7 @@ reload), tau = checkpoint interval. All are seconds; waste and goodput are fract
 failure rates are per GPU-hour.
 """
 
+import functools
 import math
 import statistics
 from collections.abc import Iterable
@@ -353,6 +354,7 @@ def chi2_cdf(x: float, dof: float) -> float:
     return _gamma_p(dof / 2, x / 2)
 
 
+@functools.lru_cache(maxsize=4096)  # ~90 bisection steps of a series each; pages ask for the same few again
 def chi2_ppf(p: float, dof: float) -> float:
     """The chi-square quantile: the x with chi2_cdf(x, dof) == p, by bisection (relative precision 1e-13)."""
     if dof <= 0 or not 0 <= p <= 1:

@@ -5,6 +5,7 @@ hour, the best pair of intervals and what the record says each tier survives (do
 Pure: no Django import. Seconds throughout; waste is a share of wall-clock time.
 """
 
+import functools
 import math
 import statistics
 from bisect import bisect_right
@@ -65,6 +66,7 @@ def tier_waste(
     return 1 - useful / (1 + rate * restart)
 
 
+@functools.lru_cache(maxsize=1024)  # a search of thousands of costings; the run page asks again for the same record
 def tier_optimum(
     *, fast_s: float, durable_s: float, survive: float, mtbf_s: float, fast_restart_s: float,
     durable_restart_s: float, max_every: int = 1000,
