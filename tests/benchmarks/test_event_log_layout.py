@@ -31,6 +31,8 @@ Nothing is asserted of the speeds: they are this machine's, reported beside toda
 import json
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -87,16 +89,33 @@ def _layouts(cursor, start) -> None:
     for (definition,) in cursor.fetchall():
         name, rest = definition.split(" ON ", 1)
         cursor.execute(f"{name.replace('INDEX ', 'INDEX p_')} ON {rest.replace('public.runs_event', f'{SCHEMA}.plog')}")
-    for hour in range(HOURS):
-        cursor.execute(
-            f"CREATE TABLE {SCHEMA}.plog_{hour} PARTITION OF {SCHEMA}.plog FOR VALUES FROM (%s) TO (%s)",
-            [start + timedelta(hours=hour), start + timedelta(hours=hour + 1)],
-        )
+    _hourly(cursor, "plog", start)
     cursor.execute(
         f"CREATE TABLE {SCHEMA}.dedupe (source varchar(1000), event_id varchar(1000), "
         "received_at timestamptz NOT NULL, PRIMARY KEY (source, event_id))"
     )
     cursor.execute(f"CREATE INDEX ON {SCHEMA}.dedupe (received_at)")
+
+
+def _hourly(cursor, table: str, start) -> None:
+    """HOURS partitions of `table`, `table`_0 for the first hour from `start` and on."""
+    for hour in range(HOURS):
+        cursor.execute(
+            f"CREATE TABLE {SCHEMA}.{table}_{hour} PARTITION OF {SCHEMA}.{table} FOR VALUES FROM (%s) TO (%s)",
+            [start + timedelta(hours=hour), start + timedelta(hours=hour + 1)],
+        )
+
+
+@contextmanager
+def _scratch() -> Iterator:
+    """A cursor (autocommit) on the benchmark database with both layouts made in the scratch schema, dropped after."""
+    connection.ensure_connection()
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as db, db.cursor() as cursor:
+        _layouts(cursor, CONFIG.start)
+        try:
+            yield cursor
+        finally:
+            cursor.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
 
 
 def _rows(events: list[dict]) -> str:
@@ -185,41 +204,35 @@ def _fill(cursor, statements: dict[str, str], what: str, types: frozenset[str] |
 
 
 def test_the_event_log_partitioned_by_hour_with_a_dedupe_table(bench_database):
-    connection.ensure_connection()
-    params = connection.get_connection_params()
     start = CONFIG.start
-    with psycopg.connect(**params, autocommit=True) as db, db.cursor() as cursor:
-        _layouts(cursor, start)
-        try:
-            filled = _fill(cursor, {"today": TODAY, "partitioned": PARTITIONED}, "event log layouts")
-            spent, last_hour, rows, last_rows = filled.spent, filled.last_hour, filled.rows, filled.last_rows
-            first_batches = filled.first_batches
-            cursor.execute(f"ANALYZE {SCHEMA}.log; ANALYZE {SCHEMA}.plog; ANALYZE {SCHEMA}.dedupe")
+    with _scratch() as cursor:
+        filled = _fill(cursor, {"today": TODAY, "partitioned": PARTITIONED}, "event log layouts")
+        spent, last_hour, rows, last_rows = filled.spent, filled.last_hour, filled.rows, filled.last_rows
+        first_batches = filled.first_batches
+        cursor.execute(f"ANALYZE {SCHEMA}.log; ANALYZE {SCHEMA}.plog; ANALYZE {SCHEMA}.dedupe")
 
-            # Sent again: in the same hour (a retry), and hours later (a spool emptied): both layouts skip them all.
-            later = start + timedelta(hours=HOURS - 1, minutes=59)
-            resent = {"today": 0.0, "partitioned": 0.0}
-            again = [*_batches(HOURS - 1)[:RESENT_BATCHES], *first_batches]
-            resent_count = sum(len(json.loads(batch)) for batch in again)
-            for batch in again:
-                for name, statement in (("today", TODAY), ("partitioned", PARTITIONED)):
-                    stored, seconds = _insert(cursor, statement, batch, later)
-                    assert stored == 0, f"{name}: {stored} events stored twice"
-                    resent[name] += seconds
+        # Sent again: in the same hour (a retry), and hours later (a spool emptied): both layouts skip them all.
+        later = start + timedelta(hours=HOURS - 1, minutes=59)
+        resent = {"today": 0.0, "partitioned": 0.0}
+        again = [*_batches(HOURS - 1)[:RESENT_BATCHES], *first_batches]
+        resent_count = sum(len(json.loads(batch)) for batch in again)
+        for batch in again:
+            for name, statement in (("today", TODAY), ("partitioned", PARTITIONED)):
+                stored, seconds = _insert(cursor, statement, batch, later)
+                assert stored == 0, f"{name}: {stored} events stored twice"
+                resent[name] += seconds
 
-            size_today = _size(cursor, ["log"])
-            size_parts = _size(cursor, [f"plog_{hour}" for hour in range(HOURS)])
-            size_dedupe = _size(cursor, ["dedupe"])
+        size_today = _size(cursor, ["log"])
+        size_parts = _size(cursor, [f"plog_{hour}" for hour in range(HOURS)])
+        size_dedupe = _size(cursor, ["dedupe"])
 
-            # Retention of the oldest hour.
-            cutoff = start + timedelta(hours=1)
-            delete_s = _timed(cursor, f"DELETE FROM {SCHEMA}.log WHERE received_at < '{cutoff.isoformat()}'")
-            vacuum_s = _timed(cursor, f"VACUUM {SCHEMA}.log")
-            drop_s = _timed(cursor, f"DROP TABLE {SCHEMA}.plog_0")
-            dedupe_s = _timed(cursor, f"DELETE FROM {SCHEMA}.dedupe WHERE received_at < '{cutoff.isoformat()}'")
-            dedupe_vacuum_s = _timed(cursor, f"VACUUM {SCHEMA}.dedupe")
-        finally:
-            cursor.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+        # Retention of the oldest hour.
+        cutoff = start + timedelta(hours=1)
+        delete_s = _timed(cursor, f"DELETE FROM {SCHEMA}.log WHERE received_at < '{cutoff.isoformat()}'")
+        vacuum_s = _timed(cursor, f"VACUUM {SCHEMA}.log")
+        drop_s = _timed(cursor, f"DROP TABLE {SCHEMA}.plog_0")
+        dedupe_s = _timed(cursor, f"DELETE FROM {SCHEMA}.dedupe WHERE received_at < '{cutoff.isoformat()}'")
+        dedupe_vacuum_s = _timed(cursor, f"VACUUM {SCHEMA}.dedupe")
 
     hour_rows = rows // HOURS
     rate = {name: rows / s for name, s in spent.items()}
@@ -265,32 +278,22 @@ SAMPLES = f"""
 
 
 def test_rank_samples_in_a_store_of_their_own(bench_database):
-    connection.ensure_connection()
-    params = connection.get_connection_params()
     start = CONFIG.start
-    with psycopg.connect(**params, autocommit=True) as db, db.cursor() as cursor:
-        _layouts(cursor, start)
+    with _scratch() as cursor:
         cursor.execute(
             f"CREATE TABLE {SCHEMA}.samples (run varchar(200) NOT NULL, type varchar(50) NOT NULL, rank int NOT NULL, "
             "step bigint NOT NULL, value float8 NOT NULL, time timestamptz NOT NULL, received_at timestamptz NOT NULL, "
             "PRIMARY KEY (run, type, rank, step, received_at)) PARTITION BY RANGE (received_at)"
         )
-        for hour in range(HOURS):
-            cursor.execute(
-                f"CREATE TABLE {SCHEMA}.samples_{hour} PARTITION OF {SCHEMA}.samples FOR VALUES FROM (%s) TO (%s)",
-                [start + timedelta(hours=hour), start + timedelta(hours=hour + 1)],
-            )
-        try:
-            filled = _fill(cursor, {"log": TODAY, "samples": SAMPLES}, "rank samples", RANK_TYPES)
-            spent, rows = filled.spent, filled.rows
-            size_log = _size(cursor, ["log"])
-            size_samples = _size(cursor, [f"samples_{hour}" for hour in range(HOURS)])
-            cutoff = start + timedelta(hours=1)
-            delete_s = _timed(cursor, f"DELETE FROM {SCHEMA}.log WHERE received_at < '{cutoff.isoformat()}'")
-            vacuum_s = _timed(cursor, f"VACUUM {SCHEMA}.log")
-            drop_s = _timed(cursor, f"DROP TABLE {SCHEMA}.samples_0")
-        finally:
-            cursor.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+        _hourly(cursor, "samples", start)
+        filled = _fill(cursor, {"log": TODAY, "samples": SAMPLES}, "rank samples", RANK_TYPES)
+        spent, rows = filled.spent, filled.rows
+        size_log = _size(cursor, ["log"])
+        size_samples = _size(cursor, [f"samples_{hour}" for hour in range(HOURS)])
+        cutoff = start + timedelta(hours=1)
+        delete_s = _timed(cursor, f"DELETE FROM {SCHEMA}.log WHERE received_at < '{cutoff.isoformat()}'")
+        vacuum_s = _timed(cursor, f"VACUUM {SCHEMA}.log")
+        drop_s = _timed(cursor, f"DROP TABLE {SCHEMA}.samples_0")
 
     rate = {name: rows / s for name, s in spent.items()}
     report(
