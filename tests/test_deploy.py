@@ -13,13 +13,18 @@ PRODUCTION = {
 }
 
 
-def manage(*args, env):
-    # DJANGO_ALLOW_ASYNC_UNSAFE is set by the browser tests for their own process only: not production.
+def python(*args, env):
+    """A Python process in the repository with `env` over this one's, less the settings the tests set for themselves
+    (DJANGO_ALLOW_ASYNC_UNSAFE: the browser tests', for their own process only, not production)."""
     unset = ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "DJANGO_ALLOW_ASYNC_UNSAFE")
     clean = {k: v for k, v in os.environ.items() if k not in unset}
     return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=60
+        [sys.executable, *args], cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=60
     )
+
+
+def manage(*args, env):
+    return python("manage.py", *args, env=env)
 
 
 def test_check_deploy_reports_nothing_above_info():
@@ -52,10 +57,7 @@ def test_the_served_application_loads_every_view_and_freezes_what_it_loaded():
         "import gc, sys; import fleetops.wsgi; "
         "print(gc.get_freeze_count(), 'incidents.pages.board' in sys.modules, 'runs.api.views' in sys.modules)"
     )
-    clean = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS")}
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=clean, capture_output=True, text=True, timeout=60
-    )
+    result = python("-c", script, env={})
     assert result.returncode == 0, result.stderr
     frozen, board, api = result.stdout.split()
     assert int(frozen) > 50_000 and board == api == "True", result.stdout
