@@ -1,38 +1,7 @@
-"""Slurm through its own clients: `sinfo --json` and `squeue --json` to read, `scontrol` and `sbatch` to act.
-
-Written for Slurm 22.05 (Debian 12), where `scontrol` has no --json and slurmrestd cannot change node state,
-so every change goes through `scontrol`. Both JSON readers ignore -n/-j filters on 22.05 and return the
-whole cluster; the adapter picks out what it needs.
-
-How the operations map:
-- drain: `scontrol update nodename=X state=drain reason=...`. Slurm lets the running jobs finish (the node
-  is MIXED+DRAIN, FleetOps' `draining`, until they end, then IDLE+DRAIN, `cordoned`); a playbook that cannot
-  wait requeues them with requeue_job.
-- resume: `scontrol update nodename=X state=resume`. The node is `idle*` (not responding) for about a second
-  before slurmd answers; callers that need it schedulable poll node_status.
-- pools are partitions (SlurmConfig.partitions): main `gpu`, spare `spare`, repair `repair` (root-only in the
-  test cluster; in production limit it to FleetOps' account with AllowAccounts or AllowGroups).
-  A spare sits in no job partition, so nothing lands on it until a playbook moves it to main; moving is
-  `scontrol update partitionname=P nodes=<full list>` (22.05 has no nodes+=), added to the new partition
-  before it leaves the old one. Partition changes made by scontrol last until `scontrol reconfigure` or a
-  restart that reads slurm.conf again: make slurm.conf agree after a replacement.
-- requeue: `scontrol requeue JOB`; the job's restart_cnt goes up at once (the guard of requeue_job) and it is
-  PENDING until it starts again (about 10 s), on other nodes when its old one is drained. `onto` spares join
-  the main partition first; `exclude` and `onto` become the job's ExcNodeList and ReqNodeList while it waits.
-  A new node count (shrink and continue, grow back) is `scontrol update jobid=JOB numnodes=N` in the same
-  update: the batch script starts again with SLURM_JOB_NUM_NODES=N, which is how the training job learns its
-  new world size. A job already waiting is placed and resized without a requeue.
-- health checks: `sbatch -w NODE -p <its partition> --job-name=fleetops-hc:CHECK --wrap CMD`; the result is
-  the job's end state and exit code (squeue keeps ended jobs for MinJobAge). A drained node runs no job,
-  even in a maintenance reservation, so a check needs the node resumed in the repair pool first.
-
-Errors: the clients' words decide the type (classify), a timeout is transient, and a missing client binary
-is refused.
-"""
+"""The Slurm adapter: reads through `sinfo --json` and `squeue --json`, acts through `scontrol` and `sbatch`."""
 
 import json
 import os
-import re
 import shlex
 import subprocess
 from dataclasses import dataclass, field
@@ -41,7 +10,6 @@ from incidents.playbooks.clusters.base import (
     DEFAULT_HEALTH_CHECKS,
     OUT_OF_SERVICE,
     ClusterAdapter,
-    ClusterError,
     HealthCheck,
     JobStatus,
     NodeStatus,
@@ -54,55 +22,14 @@ from incidents.playbooks.clusters.base import (
     check_reason,
     unknown_operation,
 )
-
-CHECK_JOB_PREFIX = "fleetops-hc:"
-
-# The clients' messages, matched as substrings (Slurm 22.05 wording).
-_TRANSIENT = (
-    "Unable to contact slurm controller",
-    "connect failure",
-    "Socket timed out",
-    "Zero Bytes were transmitted",
-    "Unexpected message received",  # what `scontrol requeue` says when the controller is unreachable
-    "Communication connection failure",
-    "Connection refused",
-    "Connection timed out",
-    "backup controller in standby mode",
-    "Resource temporarily unavailable",
-    "Transport endpoint is not connected",
+from incidents.playbooks.clusters.slurm.parse import (
+    _ON_NODE,
+    CHECK_JOB_PREFIX,
+    classify,
+    expand_hostlist,
+    job_state,
+    node_state,
 )
-_NOT_FOUND = (
-    "Invalid node name specified",
-    "Invalid job id specified",
-    "Invalid partition name specified",
-    "not found",
-)
-
-_JOB_STATES = {
-    "PENDING": "pending",
-    "REQUEUED": "pending",
-    "REQUEUE_HOLD": "pending",
-    "REQUEUE_FED": "pending",
-    "RESV_DEL_HOLD": "pending",
-    "CONFIGURING": "running",
-    "RUNNING": "running",
-    "SUSPENDED": "running",
-    "RESIZING": "running",
-    "SIGNALING": "running",
-    "STAGE_OUT": "running",
-    "COMPLETING": "completing",
-    "COMPLETED": "completed",
-    "CANCELLED": "cancelled",
-    # Ended without success: a playbook may requeue these (a node fault ends a job FAILED or NODE_FAIL).
-    "FAILED": "failed",
-    "NODE_FAIL": "failed",
-    "TIMEOUT": "failed",
-    "PREEMPTED": "failed",
-    "BOOT_FAIL": "failed",
-    "DEADLINE": "failed",
-    "OUT_OF_MEMORY": "failed",
-}
-_ON_NODE = ("running", "completing")
 
 
 def _shell(args: list[str]) -> str:
@@ -112,71 +39,6 @@ def _shell(args: list[str]) -> str:
         key, equals, value = arg.partition("=")
         words.append(f"{key}={shlex.quote(value)}" if equals and " " not in key else shlex.quote(arg))
     return " ".join(words)
-
-
-def classify(message: str) -> ClusterError:
-    """The typed error for a Slurm client's complaint; anything not known to be transient stops the playbook."""
-    text = message.strip() or "the Slurm client failed without a message"
-    if any(pattern in text for pattern in _TRANSIENT):
-        return TransientError(text)
-    if any(pattern in text for pattern in _NOT_FOUND):
-        return NotFoundError(text)
-    return RefusedError(text)
-
-
-def expand_hostlist(hostlist: str) -> list[str]:
-    """Slurm's compressed host list ("gpu-[001-003,007],login1") as names, in order."""
-    names: list[str] = []
-    for item in _split_top_level(hostlist):
-        names.extend(_expand_one(item))
-    return names
-
-
-def _split_top_level(text: str) -> list[str]:
-    items, depth, start = [], 0, 0
-    for i, char in enumerate(text):
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-        elif char == "," and depth == 0:
-            items.append(text[start:i])
-            start = i + 1
-    items.append(text[start:])
-    return [item.strip() for item in items if item.strip() and item.strip() != "(null)"]
-
-
-def _expand_one(item: str) -> list[str]:
-    match = re.search(r"\[([^\]]*)\]", item)
-    if match is None:
-        return [item]
-    head, tail = item[: match.start()], item[match.end() :]
-    names = []
-    for part in match.group(1).split(","):
-        low, _, high = part.partition("-")
-        width = len(low)
-        for number in range(int(low), int(high or low) + 1):
-            names.extend(head + str(number).zfill(width) + rest for rest in _expand_one(tail))
-    return names
-
-
-def node_state(base: str, flags: list[str], *, running_jobs: bool, pool: str) -> str:
-    """FleetOps' state of a node from sinfo's state ("mixed"), its flags (["DRAIN"]) and its pool."""
-    base = base.lower()
-    drained = "DRAIN" in flags or "FAIL" in flags
-    if pool == "repair":
-        return "in_repair"
-    if drained:
-        return "draining" if running_jobs or base in ("mixed", "allocated", "completing") else "cordoned"
-    if base in ("down", "error", "unknown", "future") or "NOT_RESPONDING" in flags:
-        return "suspect"
-    if pool == "spare":
-        return "hot_spare"
-    return "in_service"
-
-
-def job_state(raw: str) -> str:
-    return _JOB_STATES.get(raw.upper(), "failed")
 
 
 @dataclass(frozen=True)
