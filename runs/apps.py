@@ -2,6 +2,7 @@ from datetime import timedelta
 
 from django.apps import AppConfig
 from django.conf import settings
+from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 
@@ -22,3 +23,13 @@ class RunsConfig(AppConfig):
             )
         except ValueError as exc:
             raise ImproperlyConfigured(f"EVENTS_RANK_RETENTION_HOURS is too small: {exc}") from exc
+
+
+@checks.register()
+def event_routes_check(app_configs, **kwargs) -> list[checks.Error]:
+    """Every event type with a schema has exactly one route, and every route a schema (runs/domain/routes.py): a type
+    with none would be stored and then quarantined when applied, in production."""
+    from runs.domain.cloudevents import SCHEMAS
+    from runs.domain.routes import problems
+
+    return [checks.Error(problem, id="runs.E001") for problem in problems(SCHEMAS)]

@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from runs.domain.cloudevents import parse_time
+from runs.domain.routes import Route, types_of
 from runs.domain.taxonomy import infer_cause
 
 RUN_STATES = ("pending", "running", "restarting", "completed", "cancelled")
-LIFECYCLE_TYPES = ("run.started", "run.failed", "run.restored", "run.completed", "run.cancelled")
+LIFECYCLE_TYPES = types_of(Route.LIFECYCLE)
 # At the same instant an attempt ends before the next one starts, and starts before it restores.
 _RANK = {"run.failed": 0, "run.completed": 0, "run.cancelled": 0, "run.started": 1, "run.restored": 2}
 

@@ -1,6 +1,7 @@
 """Appliers: one per non-lifecycle event type; each commutes with the others and with itself."""
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -23,18 +24,8 @@ def _raw(statement: str, params: list) -> list[tuple]:
         return cursor.fetchall() if cursor.description else []
 
 
-# Readings where only the newest counts: of a chunk's events of one subject, only the newest can change the record
-# (each applier writes "if newer than what is stored"), so one write per run or node stands for all of them. On a
-# run's stream these are most events (a step a minute, a heartbeat per node): one query per subject, not two per
-# event. Ties keep the first in (time, id) order, as applying them one by one would ("newer" is strict).
-FOLDED = {
-    "run.step": lambda e: (e.run_name,),
-    "node.heartbeat": lambda e: (e.node_name,),
-}
-
-
 def _fold(folded: dict[tuple, Event], event: Event) -> None:
-    key = (event.type, *FOLDED[event.type](event))
+    key = (event.type, *FOLDED[event.type].subject(event))
     kept = folded.get(key)
     if kept is None:
         folded[key] = event
@@ -136,14 +127,9 @@ def _apply_checkpoint_failed(event: Event) -> None:
     )
 
 
-def _apply_heartbeat(event: Event) -> None:
-    node = _node(event.node_name, event.data.get("cluster"))
-    Node.objects.filter(pk=node.pk).filter(_newer("last_heartbeat_at", event.time)).update(last_heartbeat_at=event.time)
-
-
 def _apply_heartbeats(events: list[Event]) -> None:
     """The newest heartbeat of each node (one event a node): one UPDATE for all, each node's time moving only
-    forward (the greater of the stored time and the event's), as `_apply_heartbeat` does one at a time."""
+    forward (the greater of the stored time and the event's)."""
     if not events:
         return
     naming: dict[str, list[str]] = {}  # cluster -> the nodes that name it, set where a node has no cluster yet
@@ -196,12 +182,6 @@ class _XidTally:
             self.newest = event
 
 
-def _apply_xid(event: Event) -> None:
-    tally = _XidTally()
-    tally.add(event)
-    _apply_xids(tally)
-
-
 def _apply_xids(tally: _XidTally) -> None:
     event, data = tally.newest, tally.newest.data
     gpu = _gpu(event.node_name, data["gpu"], tally.uuid)
@@ -231,7 +211,8 @@ def _health_values(data: dict) -> dict:
     return {name: data[name] for name in fields}
 
 
-# A GPU's readings: the field that says how new the stored one is (the newer reading wins), and the values written.
+# The types of the READING route: the field that says how new a GPU's stored reading is (the newer reading wins), and
+# the values written.
 READINGS = {"gpu.ecc": ("ecc_at", _ecc_values), "gpu.health": ("health_at", _health_values)}
 
 
@@ -283,23 +264,40 @@ def _readings_update(field_at: str, rows: list[tuple[int, datetime, dict]]) -> N
 
 
 def _apply_logged(event: Event) -> None:
-    """Rank samples, health checks and the training loop's heartbeats stay in the event log for the detectors and the
-    hang watchdog; the record needs only their run and node, which `_lock_subjects` has created for the chunk. No
-    query here: at 131,072 ranks these are most of the stream."""
+    """Health checks and the training loop's heartbeats stay in the event log for the detectors and the hang watchdog;
+    the record needs only their run and node, which `_lock_subjects` has created for the chunk. No query here."""
 
 
+def _apply_steps(events: list[Event]) -> None:
+    for event in events:
+        _apply_step(event)
+
+
+# The types of runs.domain.routes' APPLIER route, one event at a time.
 APPLIERS = {
-    "run.step": _apply_step,
     "run.heartbeat": _apply_logged,
     "checkpoint.started": _apply_checkpoint_started,
     "checkpoint.completed": _apply_checkpoint_completed,
     "checkpoint.failed": _apply_checkpoint_failed,
-    "node.heartbeat": _apply_heartbeat,
     "node.state": _apply_node_state,
-    "gpu.xid": _apply_xid,
-    "rank.step_time": _apply_logged,
-    "rank.grad_norm": _apply_logged,
     "healthcheck.result": _apply_logged,
+}
+
+
+@dataclass(frozen=True)
+class Fold:
+    subject: Callable[[Event], tuple]  # the run or node one write stands for
+    write: Callable[[list[Event]], None]  # writes a chunk's newest event of each subject
+
+
+# The types of the FOLDED route. Readings where only the newest counts: of a chunk's events of one subject, only the
+# newest can change the record (each applier writes "if newer than what is stored"), so one write per run or node
+# stands for all of them. On a run's stream these are most events (a step a minute, a heartbeat per node): one query
+# per subject, not two per event. Ties keep the first in (time, id) order, as applying them one by one would ("newer"
+# is strict). Written in this order, steps then heartbeats.
+FOLDED = {
+    "run.step": Fold(lambda e: (e.run_name,), _apply_steps),
+    "node.heartbeat": Fold(lambda e: (e.node_name,), _apply_heartbeats),
 }
 
 

@@ -7,13 +7,11 @@ from datetime import timedelta
 from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
-from runs.domain import lifecycle
+from runs.domain.routes import ROUTES, Route
 from runs.models import GPU, Event, Node, Run
 from runs.services.appliers import (
     APPLIERS,
     FOLDED,
-    READINGS,
-    _apply_heartbeats,
     _apply_readings,
     _apply_xids,
     _create_missing,
@@ -101,22 +99,22 @@ def _apply_selected(events: list[Event]) -> None:
     xids: dict[tuple[str, int], _XidTally] = {}
     readings: list[Event] = []
     for event in events:
-        if event.type in lifecycle.LIFECYCLE_TYPES:
+        route = ROUTES[event.type]
+        if route is Route.LIFECYCLE:
             lifecycle_runs.add(event.run_name)
-        elif event.type in FOLDED:
+        elif route is Route.FOLDED:
             _fold(folded, event)
-        elif event.type == "gpu.xid":
+        elif route is Route.XID:
             xids.setdefault((event.node_name, event.data["gpu"]), _XidTally()).add(event)
-        elif event.type in READINGS:
+        elif route is Route.READING:
             readings.append(event)
-        else:
+        elif route is Route.APPLIER:
             APPLIERS[event.type](event)
+        # Route.LOGGED: stored applied at the intake; applied again (a rebuild, a replay) it has nothing to do, its
+        # run and node being made by _lock_subjects.
     _apply_readings(readings)
-    heartbeats = [event for event in folded.values() if event.type == "node.heartbeat"]
-    for event in folded.values():
-        if event.type != "node.heartbeat":
-            APPLIERS[event.type](event)
-    _apply_heartbeats(heartbeats)
+    for type_, fold in FOLDED.items():
+        fold.write([event for event in folded.values() if event.type == type_])
     for tally in xids.values():
         _apply_xids(tally)
     for name in sorted(lifecycle_runs):

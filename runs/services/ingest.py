@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from runs.domain import cloudevents
+from runs.domain import cloudevents, routes
 from runs.domain.cloudevents import CloudEvent
 from runs.models import ApiToken, Event, Node, Run
 from runs.services.appliers import _create_missing, _raw
@@ -20,7 +20,7 @@ from runs.services.turns import apply_turn_take, turn_of
 # stream; each row is written once, not three times (docs/PERFORMANCE.md, "A 131,072-GPU fleet"). A silent run's
 # alert is cleared by the detectors' view of its next event; a restarted job's first events are its start and its
 # restore, never a rank sample, so no alert waits on these.
-LOGGED_AT_INTAKE = frozenset({"rank.step_time", "rank.grad_norm"})
+LOGGED_AT_INTAKE = frozenset(routes.types_of(routes.Route.LOGGED))
 
 
 @dataclass(frozen=True)
