@@ -94,7 +94,7 @@ class Alert(models.Model):
 
     incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="alerts")
     fingerprint = models.CharField(max_length=300)
-    kind = models.CharField(max_length=40)  # xid, ecc, gpu_health, hang, heartbeat, node_state, run_failed, ...
+    kind = models.CharField(max_length=40)  # an AlertKind (incidents/domain/alert_kinds.py)
     severity = models.CharField(max_length=10)  # critical, error, warning, info
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.FIRING)
     summary = models.CharField(max_length=500)

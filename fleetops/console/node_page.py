@@ -5,6 +5,7 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, render
 
 from fleetops.pagecache import page_cached
+from incidents.domain.alert_kinds import EVIDENCE_KINDS
 from incidents.domain.xid import XidSample, dedupe_xids
 from runs import selectors
 from runs.models import Node
@@ -26,7 +27,7 @@ def node_detail(request, hostname):
         **_xid_history(node),
         "alerts": alerts,
         # Statistical evidence against the node: slow ranks, disagreeing gradients, too many interruptions.
-        "evidence_alerts": [a for a in alerts if a.kind in ("straggler", "sdc", "lemon")],
+        "evidence_alerts": [a for a in alerts if a.kind in EVIDENCE_KINDS],
         "interruptions": node.interruptions.select_related("run").order_by("-fault_at")[:20],
     }
     return render(request, "runs/node_detail.html", context)

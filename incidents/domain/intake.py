@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from incidents.domain.alert_kinds import AlertKind
 from incidents.domain.detectors import Finding
 from incidents.domain.xid import Action, classify
 from runs.domain.cloudevents import INT_MAX, Problem
@@ -122,7 +123,7 @@ class AmAlert:
             return self._xid_finding(self.xid, node, gpu, action, refused, evidence)
         others = " ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "alertname")
         return Finding(
-            kind="alertmanager",
+            kind=AlertKind.ALERTMANAGER,
             fingerprint=self.fingerprint,
             severity=_severity(labels.get("severity")),
             summary=annotations.get("summary") or (f"{name} {others}".strip()),
@@ -146,7 +147,7 @@ class AmAlert:
         note = f"; {info.note}" if info.note else ""
         name = self.labels.get("alertname", "alert")
         return Finding(
-            kind="xid",
+            kind=AlertKind.XID,
             fingerprint=f"am-xid:{_node_key(node)}:{'-' if gpu is None else gpu}:{xid}",
             severity=info.severity,
             summary=f"Xid {xid} on {where}: {info.meaning}",
@@ -257,7 +258,7 @@ class PdEvent:
         source = payload.get("source", "")
         context = ", ".join(f"{k} {payload[k]}" for k in ("component", "group", "class") if payload.get(k))
         return Finding(
-            kind="pagerduty",
+            kind=AlertKind.PAGERDUTY,
             fingerprint=self.fingerprint,
             severity=payload["severity"],
             summary=payload["summary"],

@@ -8,6 +8,7 @@ import time
 from django.utils import timezone
 
 from incidents import services
+from incidents.domain.alert_kinds import AlertKind
 from incidents.domain.playbooks import OWN_REASON_PREFIX, PlaybookError, StillWaiting
 from incidents.models import PlaybookExecution, StepExecution
 from incidents.playbooks import breaker, spares
@@ -133,7 +134,9 @@ def _attempt_ended(execution, job: str, number: int, requeued_at) -> None:
         "detected_at": format_time(detected, "microseconds"),
     }
     alert = (
-        incident.alerts.filter(kind="xid", node=execution.node).order_by("first_seen_at").first() if incident else None
+        incident.alerts.filter(kind=AlertKind.XID, node=execution.node).order_by("first_seen_at").first()
+        if incident
+        else None
     )
     if alert is not None and alert.gpu is not None:
         data.update(gpu=alert.gpu.index, xid=alert.evidence["xid"])

@@ -12,6 +12,7 @@ from django.apps import apps
 from django.core.exceptions import FieldDoesNotExist
 from django.db.models import Q
 
+from incidents.domain.alert_kinds import EVIDENCE_KINDS
 from incidents.domain.report import cause_shares, is_off_hours, top
 from incidents.models import Alert, Incident
 from incidents.playbooks.spares import fleet_spares, spare_pools_get
@@ -27,8 +28,6 @@ from runs.selectors import (
     run_levers_get,
     run_quality_get,
 )
-
-FINDING_KINDS = ("lemon", "straggler", "sdc")
 
 
 def _finite(value: float) -> float | None:
@@ -122,7 +121,7 @@ def _mtbf(*, failures: int, gpu_hours: float) -> dict:
 def _findings(*, since: datetime, until: datetime) -> list[dict]:
     """Lemon, straggler and SDC alerts seen during the window (first seen before its end, last seen in or after it)."""
     rows = (
-        Alert.objects.filter(kind__in=FINDING_KINDS, first_seen_at__lt=until, last_seen_at__gte=since)
+        Alert.objects.filter(kind__in=EVIDENCE_KINDS, first_seen_at__lt=until, last_seen_at__gte=since)
         .order_by("kind", "node__hostname", "first_seen_at")
         .values_list("kind", "node__hostname", "run__name", "status", "summary", "count", "first_seen_at")
     )

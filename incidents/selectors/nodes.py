@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from django.db.models import Q
 from django.urls import reverse
 
+from incidents.domain.alert_kinds import AlertKind
 from incidents.models import Incident, PlaybookExecution
 from runs.domain import hostlist
 from runs.models import Node
@@ -75,6 +76,6 @@ def playbook_active_get(*, node, run=None) -> PlaybookExecution | None:
 
 def lemon_nodes_get(*, limit: int = 20) -> tuple[int, list[FlaggedNode]]:
     """How many nodes have a firing lemon alert (too many interruptions in the window), and some with its summary."""
-    lemons = Node.objects.filter(alerts__kind="lemon", alerts__status="firing")
+    lemons = Node.objects.filter(alerts__kind=AlertKind.LEMON, alerts__status="firing")
     rows = lemons.order_by("hostname").values_list("hostname", "state", "rack", "alerts__summary")
     return lemons.count(), [FlaggedNode(*row) for row in rows[:limit]]

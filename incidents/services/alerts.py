@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 
+from incidents.domain.alert_kinds import RUN_STOPS
 from incidents.domain.detectors import Finding
 from incidents.domain.xid import Action
 from incidents.models import Alert, Incident, TimelineEntry
@@ -319,7 +320,6 @@ def _run_on(node: Node, at: datetime) -> Run | None:
 
 
 # A run's own stop is news however soon it comes: never a straggler of the outage before it.
-_RUN_STOPS = ("run_failed", "hang")
 
 
 def _run_key(run: Run, near: list[Incident], at: datetime, *, kind: str, holds=None) -> str:
@@ -339,7 +339,7 @@ def _run_key(run: Run, near: list[Incident], at: datetime, *, kind: str, holds=N
     if latest is not None:
         if latest.mitigated_at is None or at <= latest.mitigated_at:
             return latest.group_key
-        if kind not in _RUN_STOPS and at <= latest.mitigated_at + window and holds is not None and holds(latest):
+        if kind not in RUN_STOPS and at <= latest.mitigated_at + window and holds is not None and holds(latest):
             return latest.group_key
     soon = min((i for i in near if i.started_at > at), key=lambda i: (i.started_at, i.pk), default=None)
     if soon is not None:

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 
+from incidents.domain.alert_kinds import RUN_STOPS
 from incidents.domain.response import more_severe, severity_from_impact
 from incidents.models import Alert, Incident
 from incidents.selectors import cost_per_minute_usd, incident_impacts_get
@@ -63,7 +64,7 @@ def _severity(incident: Incident, worst: Alert | None, alerts: list[Alert], impa
     so a replay grades an incident as the live stream did once it was over. Without `impact`: the alerts' grade."""
     run = incident.run
     if impact is None:
-        faulted = run is not None and any(a.kind in ("run_failed", "hang") for a in alerts)
+        faulted = run is not None and any(a.kind in RUN_STOPS for a in alerts)
         gpus, lost, runs = (run.gpu_count if faulted else 0), None, int(run is not None)
     else:
         gpus, lost, runs = impact.gpus_idled, impact.gpu_hours_lost, _runs_affected(incident)

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from incidents import services
 from incidents.domain import detectors
+from incidents.domain.alert_kinds import NODE_KINDS, RUN_STOPS, AlertKind
 from incidents.domain.detectors import Finding
 from incidents.domain.playbooks import OWN_REASON_PREFIX
 from incidents.domain.xid import Action, XidSample, classify, dedupe_xids
@@ -29,9 +30,6 @@ _TAKEN_OUT = ("draining", "cordoned")
 
 
 _BACK = ("in_service", "hot_spare")
-
-
-_NODE_ALERTS = ("xid", "ecc", "gpu_health", "node_state", "heartbeat", "straggler", "sdc")
 
 
 CHUNK = 500
@@ -136,9 +134,10 @@ def _heartbeats_back(heard: dict[str, datetime]) -> None:
     """
     if not heard:
         return
-    silent = Alert.objects.filter(status="firing", kind="heartbeat", node__hostname__in=heard).select_related("node")
-    for node in {alert.node for alert in silent}:
-        services.alerts_resolve(at=heard[node.hostname], reason="heartbeat back", node=node, kinds=("heartbeat",))
+    silent = Alert.objects.filter(status="firing", kind=AlertKind.HEARTBEAT, node__hostname__in=heard)
+    for node in {alert.node for alert in silent.select_related("node")}:
+        back = heard[node.hostname]
+        services.alerts_resolve(at=back, reason="heartbeat back", node=node, kinds=(AlertKind.HEARTBEAT,))
 
 
 # Faults whose remedy takes the node out: FleetOps starts drain-and-replace for them (approval policy permitting).
@@ -185,7 +184,7 @@ def _run_failed(event: Event) -> Finding:
         else ""
     )
     return Finding(
-        kind="hang" if kind == "hang" else "run_failed",
+        kind=AlertKind.HANG if kind == "hang" else AlertKind.RUN_FAILED,
         fingerprint=f"{'hang' if kind == 'hang' else 'run_failed'}:{event.run_name}:{event.time.isoformat()}",
         severity="critical",
         summary=f"Run {event.run_name} {'hung' if kind == 'hang' else 'stopped'}{where}: {data['reason'][:200]}",
@@ -213,7 +212,7 @@ def _run_restored(event: Event) -> None:
         return
     text = f"Run {run.name} trains again from step {event.data['from_step']:,}"
     services.run_mitigated(run=run, at=event.time, text=text)
-    services.alerts_resolve(at=event.time, reason="the run trains again", run=run, kinds=("run_failed", "hang"))
+    services.alerts_resolve(at=event.time, reason="the run trains again", run=run, kinds=RUN_STOPS)
 
 
 def _run_ended(event: Event) -> None:
@@ -223,14 +222,14 @@ def _run_ended(event: Event) -> None:
         return
     how = "completed" if event.type == "run.completed" else "was cancelled"
     services.run_mitigated(run=run, at=event.time, text=f"Run {run.name} {how}: nothing more is lost")
-    services.alerts_resolve(at=event.time, reason=f"the run {how}", run=run, kinds=("run_failed", "hang"))
+    services.alerts_resolve(at=event.time, reason=f"the run {how}", run=run, kinds=RUN_STOPS)
 
 
 def _node_state(event: Event) -> int:
     state, node = event.data["state"], Node.objects.filter(hostname=event.node_name).first()
     if node is not None and state in _BACK:
         services.alerts_resolve(
-            at=event.time, reason=f"node back {state.replace('_', ' ')}", node=node, kinds=_NODE_ALERTS
+            at=event.time, reason=f"node back {state.replace('_', ' ')}", node=node, kinds=NODE_KINDS
         )
         services.nodes_mitigated(node=node, at=event.time, state=state)
         return 0
@@ -335,7 +334,7 @@ def _runs_heard(heard: dict[str, datetime]) -> None:
     before the silence (its record still ends where the alert began) clears nothing."""
     if not heard:
         return
-    silent = Alert.objects.filter(status="firing", kind="run_silent", run__name__in=heard).select_related("run")
+    silent = Alert.objects.filter(status="firing", kind=AlertKind.RUN_SILENT, run__name__in=heard).select_related("run")
     for alert in silent:
         heard_until = runs_heard_until_get(runs=[alert.run]).get(alert.run.pk)
         if heard_until is not None and heard_until <= alert.first_seen_at:

@@ -8,6 +8,7 @@ from django.conf import settings
 
 from incidents.detection.services.events import DETECTOR, WATCHDOG, _record
 from incidents.domain import detectors
+from incidents.domain.alert_kinds import AlertKind
 from incidents.domain.detectors import Finding
 from incidents.models import Alert
 from runs.domain.cloudevents import format_time
@@ -83,7 +84,7 @@ def silent_runs_detect(*, now: datetime) -> int:
     restarting = list(Run.objects.filter(state=Run.State.RESTARTING, ended_at=None))
     silence = timedelta(seconds=settings.RUN_SILENT_S)
     heard = runs_heard_until_get(runs=restarting)
-    firing = set(Alert.objects.filter(kind="run_silent", status="firing").values_list("run_id", flat=True))
+    firing = set(Alert.objects.filter(kind=AlertKind.RUN_SILENT, status="firing").values_list("run_id", flat=True))
     recorded = 0
     for run in restarting:
         heard_until = heard.get(run.pk)

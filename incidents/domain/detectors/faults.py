@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
+from incidents.domain.alert_kinds import AlertKind
 from incidents.domain.detectors.findings import Finding, _at, _duration, _num, _plural
 from incidents.domain.xid import Action, XidFault
 
@@ -48,7 +49,7 @@ def xids(faults: Iterable[XidFault], *, repeated_after: int = 3, bursts_kept: in
             why = "; Xid 63 on the same GPU recorded a row remap, which a GPU reset applies"
         findings.append(
             Finding(
-                kind="xid",
+                kind=AlertKind.XID,
                 fingerprint=f"xid:{node}:{gpu}:{xid}",
                 severity=severity,
                 summary=f"Xid {xid} on {node} GPU {gpu}: {info.meaning}",
@@ -109,7 +110,7 @@ def hang(
             f"{_duration(usual_s)}, floor {_duration(floor_s)}) = {_duration(threshold_s)}"
         )
     return Finding(
-        kind="hang",
+        kind=AlertKind.HANG,
         fingerprint=f"hang:{run}",
         severity="critical",
         summary=f"{run} hung: no step for {_duration(silence_s)}",
@@ -136,7 +137,7 @@ def heartbeat_lost(*, node: str, last_heartbeat_at: datetime | None, now: dateti
     if not silence_s > timeout_s:
         return None
     return Finding(
-        kind="heartbeat",
+        kind=AlertKind.HEARTBEAT,
         fingerprint=f"heartbeat:{node}",
         severity="error",
         summary=f"{node} stopped sending heartbeats",
@@ -161,7 +162,7 @@ def run_silent(*, run: str, last_event_at: datetime, now: datetime, silent_s: fl
     if not silence_s > silent_s:
         return None
     return Finding(
-        kind="run_silent",
+        kind=AlertKind.RUN_SILENT,
         fingerprint=f"run_silent:{run}",
         severity="warning",
         summary=f"{run} silent while restarting for {_duration(silence_s)}",
@@ -187,7 +188,7 @@ def node_state(*, node: str, state: str, reason: str) -> Finding | None:
         return None
     said = reason.strip() or "no reason given"
     return Finding(
-        kind="node_state",
+        kind=AlertKind.NODE_STATE,
         fingerprint=f"node_state:{node}",
         severity="warning",
         summary=f"node drained by the scheduler: {said}",

@@ -9,7 +9,7 @@ from incidents.domain.xid import Action
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # xid, ecc, gpu_health, hang, run_silent, heartbeat, node_state, straggler, sdc, lemon
+    kind: str  # an AlertKind (incidents/domain/alert_kinds.py)
     fingerprint: str
     severity: str  # critical, error, warning, info
     summary: str

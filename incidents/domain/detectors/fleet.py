@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
+from incidents.domain.alert_kinds import AlertKind
 from incidents.domain.detectors.findings import Finding, _at, _duration, _num, _plural, _reading, _score
 from incidents.domain.xid import Action
 
@@ -59,7 +60,7 @@ def stragglers(
         score, rank, seconds, median, _mad = per_window[-1]
         findings.append(
             Finding(
-                kind="straggler",
+                kind=AlertKind.STRAGGLER,
                 fingerprint=f"straggler:{run}:{node}",
                 severity="warning",
                 summary=f"{node} slows {run}: rank {rank} is a straggler",
@@ -132,7 +133,7 @@ def silent_data_corruption(
         last = records[-1]
         findings.append(
             Finding(
-                kind="sdc",
+                kind=AlertKind.SDC,
                 fingerprint=f"sdc:{node}",
                 severity="critical",
                 summary=f"{node}: suspected silent data corruption",
@@ -177,7 +178,7 @@ def lemons(
         times.sort()
         findings.append(
             Finding(
-                kind="lemon",
+                kind=AlertKind.LEMON,
                 fingerprint=f"lemon:{node}",
                 severity="warning",
                 summary=f"{node} is a lemon: {len(times)} interruptions in {_duration(window_s)}",

@@ -4,6 +4,7 @@ action)."""
 import math
 from functools import partial
 
+from incidents.domain.alert_kinds import AlertKind
 from incidents.domain.detectors.findings import Finding, _num, _plural
 from incidents.domain.xid import RECOVERY_ACTIONS, Action, recovery_action_info, recovery_action_label
 
@@ -49,7 +50,7 @@ def gpu_ecc(
     Retired pages count once they reach retired_pages_threshold (at or over it).
     """
     where = f"{node} GPU {gpu}"
-    finding = partial(_gpu_finding, "ecc", node, gpu)
+    finding = partial(_gpu_finding, AlertKind.ECC, node, gpu)
 
     findings = []
     if uncorrected_delta > 0:
@@ -126,7 +127,7 @@ def gpu_health(
     Heat counts at or above slowdown_c; nvlink_errors_delta is the rise of the counter since the last reading.
     """
     where = f"{node} GPU {gpu}"
-    finding = partial(_gpu_finding, "gpu_health", node, gpu)
+    finding = partial(_gpu_finding, AlertKind.GPU_HEALTH, node, gpu)
 
     findings = []
     if recovery_action != 0:
