@@ -108,3 +108,29 @@ class IncidentDetailSerializer(IncidentSerializer):
         # Refusals are audit entries: kept, but not part of the story the timeline tells.
         entries = obj.timeline.exclude(kind=TimelineEntry.Kind.REFUSED).order_by("at", "id")
         return TimelineEntrySerializer(entries, many=True).data
+
+
+# --- Response metrics (views.response_metrics builds the JSON; this declares it for the schema) ---
+
+
+class ResponseSummarySerializer(serializers.Serializer):
+    """One metric over the window's incidents (those that started in it and have its two timestamps)."""
+
+    count = serializers.IntegerField(help_text="Incidents measured, a count.")
+    mean_s = serializers.FloatField(allow_null=True, help_text="Mean, seconds; null when count is 0.")
+    p50_s = serializers.FloatField(allow_null=True, help_text="Median (linear interpolation), seconds; null at 0.")
+    p90_s = serializers.FloatField(allow_null=True, help_text="90th percentile (linear), seconds; null at 0.")
+
+
+class ResponseMetricsSerializer(serializers.Serializer):
+    """MTTD, MTTA, MTTM and MTTR of the incidents that started in [since, until) (docs/DOMAIN.md section 6); a
+    negative duration (clocks that disagree) counts as 0."""
+
+    since = serializers.DateTimeField(
+        help_text="The window's start: as asked, else 30 days before until; ISO 8601, UTC."
+    )
+    until = serializers.DateTimeField(help_text="The window's end (exclusive): as asked, else now; ISO 8601, UTC.")
+    mttd = ResponseSummarySerializer(help_text="Time to detect: fault (started_at) to detected_at.")
+    mtta = ResponseSummarySerializer(help_text="Time to acknowledge: detected_at to acknowledged_at.")
+    mttm = ResponseSummarySerializer(help_text="Time to mitigate: fault to mitigated_at.")
+    mttr = ResponseSummarySerializer(help_text="Time to resolve: fault to resolved_at.")

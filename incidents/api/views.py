@@ -10,7 +10,7 @@ from rest_framework.decorators import action, api_view
 from rest_framework.response import Response
 
 from incidents import selectors, services
-from incidents.api.serializers import IncidentDetailSerializer, IncidentSerializer
+from incidents.api.serializers import IncidentDetailSerializer, IncidentSerializer, ResponseMetricsSerializer
 from incidents.models import Alert, Incident
 from runs.api.auth import IncidentsWriteScope
 from runs.api.serializers import ErrorSerializer
@@ -138,7 +138,9 @@ class _Authenticated:
         return True
 
 
-@extend_schema(parameters=[WindowQuery], responses=dict, summary="MTTD, MTTA, MTTM, MTTR over a window")
+@extend_schema(
+    parameters=[WindowQuery], responses=ResponseMetricsSerializer, summary="MTTD, MTTA, MTTM, MTTR over a window"
+)
 @api_view(["GET"])
 def response_metrics(request):
     window = window_get(request.query_params, since_default=days_before(30), until_default=timezone.now())

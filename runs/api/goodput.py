@@ -12,6 +12,7 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 from runs import selectors
+from runs.api import figures
 from runs.api.windows import WindowQuery, days_before, window_get
 from runs.domain import advisor, checkpoint_io, goodput, levers
 from runs.models import Run
@@ -117,7 +118,9 @@ def advice_json(advice: advisor.Advice) -> dict:
     }
 
 
-@extend_schema(parameters=[WindowQuery], responses=dict, summary="A run's goodput and badput by stage")
+@extend_schema(
+    parameters=[WindowQuery], responses=figures.RunGoodputSerializer, summary="A run's goodput and badput by stage"
+)
 @api_view(["GET"])
 def run_goodput(request, name):
     run = get_object_or_404(Run, name=name)
@@ -141,7 +144,9 @@ def run_goodput(request, name):
     return Response({**body, "data_quality": quality})
 
 
-@extend_schema(parameters=[WindowQuery], responses=dict, summary="Fleet goodput, weighted by GPU-hours")
+@extend_schema(
+    parameters=[WindowQuery], responses=figures.FleetGoodputSerializer, summary="Fleet goodput, weighted by GPU-hours"
+)
 @api_view(["GET"])
 def fleet_goodput(request):
     now = timezone.now()
@@ -157,7 +162,11 @@ def fleet_goodput(request):
     return Response(body)
 
 
-@extend_schema(parameters=[CostsQuery], responses=dict, summary="What-if: Young and Daly intervals, waste, floor")
+@extend_schema(
+    parameters=[CostsQuery],
+    responses=figures.AdviceSerializer,
+    summary="What-if: Young and Daly intervals, waste, floor",
+)
 @api_view(["GET"])
 def advisor_what_if(request):
     costs = _query(CostsQuery, request)
@@ -170,7 +179,11 @@ def advisor_what_if(request):
     return Response(advice_json(advice))
 
 
-@extend_schema(parameters=[OverridesQuery], responses=dict, summary="Checkpoint advice from the run's record")
+@extend_schema(
+    parameters=[OverridesQuery],
+    responses=figures.RunAdviceSerializer,
+    summary="Checkpoint advice from the run's record",
+)
 @api_view(["GET"])
 def run_advice(request, name):
     run = get_object_or_404(Run, name=name)
@@ -260,7 +273,11 @@ def levers_json(found: selectors.RunLevers) -> dict:
     }
 
 
-@extend_schema(parameters=[LeverTargetsQuery], responses=dict, summary="What each fix would give back to the run")
+@extend_schema(
+    parameters=[LeverTargetsQuery],
+    responses=figures.RunLeversSerializer,
+    summary="What each fix would give back to the run",
+)
 @api_view(["GET"])
 def run_levers(request, name):
     run = get_object_or_404(Run, name=name)
@@ -389,7 +406,9 @@ def checkpoint_io_json(found: selectors.RunCheckpointIO) -> dict:
 
 
 @extend_schema(
-    parameters=[CheckpointIOQuery], responses=dict, summary="The run's checkpoint writes, and the write designs priced"
+    parameters=[CheckpointIOQuery],
+    responses=figures.RunCheckpointIOSerializer,
+    summary="The run's checkpoint writes, and the write designs priced",
 )
 @api_view(["GET"])
 def run_checkpoint_io(request, name):
