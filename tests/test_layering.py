@@ -174,3 +174,11 @@ def test_it_names_the_offending_import(module, line, reason):
     found = violations(modules)
     assert len(found) == 1 and reason in found[0] and line.strip() in found[0], found
     assert found[0].startswith(module.replace(".", "/") + ".py:")
+
+
+MODULE_LINES_MAX = 500  # a module past this is a package waiting to be made (docs/ARCHITECTURE.md, "The tree")
+
+
+def test_no_module_outgrows_its_topic():
+    long = {m: n for m, source in sources().items() if (n := len(source.splitlines())) > MODULE_LINES_MAX}
+    assert not long, f"split these into a package of topic modules (over {MODULE_LINES_MAX} lines): {long}"
