@@ -1,7 +1,7 @@
 """The high-rate half of a simulated fleet's stream: per-rank samples from the training client and readings from the
 node agents, at stated rates, for any stretch of a run's time.
 
-`simulate()` (runs/domain/simulator.py) makes the run's story: starts, faults, restarts, checkpoints, a step event a
+`simulate()` (runs/domain/simulator/) makes the run's story: starts, faults, restarts, checkpoints, a step event a
 minute, the agents' readings around each fault. What it leaves out is the steady telemetry every rank and node
 sends whether anything happens or not; at 131,072 GPUs that is most of the traffic (thousands of events a second),
 and fourteen days of it would be billions of rows, so it is made here for a stretch at a time, for the benchmarks

@@ -2,7 +2,7 @@
 several runs; and the record they derive, which must be the same whatever applied it.
 
 Why several runs: a run's events apply under the run's row lock (its lifecycle is re-derived from all its events,
-runs/services.py), so one run's chunks are applied one at a time whatever the number of workers; parallelism is
+runs/services/apply.py), so one run's chunks are applied one at a time whatever the number of workers; parallelism is
 across runs, which is what a fleet has (many jobs, each with its scheduler and trainers posting). Each run here is
 on a cluster of its own (its own nodes), as concurrent jobs are.
 

@@ -4,7 +4,7 @@ ingest and apply keep up, how long does an Xid take to become an incident meanwh
 The stream is the fleet's steady traffic at the rates a deployment of that size is configured for (AT_SCALE:
 a step time a rank a minute, a gradient norm a rank every 100 steps, a heartbeat a node every 30 s, a GPU's ECC and
 health readings every 5 minutes; 3,823 events/s on average, the burst of 131,072 gradient norms every 10 minutes
-included). The training job sends with one token (its rank samples are stored applied: runs/services.py,
+included). The training job sends with one token (its rank samples are stored applied: runs/services/ingest.py,
 LOGGED_AT_INTAKE); the node agents' events come with AGENT_TOKENS tokens, each with its own apply turn (fair
 applying), in batches of up to 1,000: as a rack's relay, or agents that post every few polls, would send them (one
 agent posting its own 17 events every 30 s is 546 POSTs a second at this size; docs/DEPLOY.md).

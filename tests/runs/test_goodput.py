@@ -1,4 +1,4 @@
-"""The goodput engine (runs/domain/goodput.py): worked examples of docs/DOMAIN.md section 2, then properties."""
+"""The goodput engine (runs/domain/goodput/): worked examples of docs/DOMAIN.md section 2, then properties."""
 
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta

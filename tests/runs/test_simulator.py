@@ -1,4 +1,4 @@
-"""The fleet simulator (runs/domain/simulator.py) and `manage.py simulate`.
+"""The fleet simulator (runs/domain/simulator/) and `manage.py simulate`.
 
 Counts are checked against docs/DOMAIN.md section 1 (Llama 3: 419 unexpected and 47 planned interruptions
 in 54 days on 16,384 GPUs; Table 5 causes by count).

@@ -1,4 +1,4 @@
-"""Detectors (incidents/domain/detectors.py): docs/DOMAIN.md section 4 signals as plain-data cases."""
+"""Detectors (incidents/domain/detectors/): docs/DOMAIN.md section 4 signals as plain-data cases."""
 
 import json
 import math
