@@ -1,21 +1,16 @@
-"""The record's own page: fleet goodput by day, run and cause. Login required. The pages that also show incidents
-(overview, run, node) are in fleetops/console/."""
+"""The fleet page: the record's goodput by day, run and cause. Login required. runs' other page, the event quarantine,
+is quarantine.py; the pages that also show incidents (overview, run, node) are in fleetops/console/."""
 
 from datetime import timedelta
 
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponseForbidden
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
 from fleetops.pagecache import page_cached
-from fleetops.roles import is_admin
-from runs import charts, selectors, services
+from runs import charts, selectors
 from runs.domain import quality
 from runs.forms import WindowForm
-from runs.models import Event
 
 
 @login_required
@@ -40,26 +35,3 @@ def fleet(request):
         "max_gpus_per_node": quality.MAX_GPUS_PER_NODE,
     }
     return render(request, "runs/fleet.html", context)
-
-
-QUARANTINE_SHOWN = 200
-
-
-@login_required
-def quarantine(request):
-    """Events that failed to apply on their own: what, when, the error; an admin replays them after a fix."""
-    rows = Event.objects.filter(quarantined_at__isnull=False).order_by("-quarantined_at", "-id")
-    context = {"events": rows[:QUARANTINE_SHOWN], "total": rows.count(), "may_replay": is_admin(request.user)}
-    return render(request, "runs/quarantine.html", context)
-
-
-@login_required
-@require_POST
-def quarantine_replay(request):
-    if not is_admin(request.user):
-        return HttpResponseForbidden("Replaying quarantined events needs the admin role.")
-    ids = [int(pk) for pk in request.POST.getlist("event") if pk.isdigit()] or None
-    applied = services.quarantined_replay(event_ids=ids)
-    left = Event.objects.filter(quarantined_at__isnull=False).count()
-    messages.info(request, f"Replayed: {applied} applied, {left} still quarantined.")
-    return redirect("event-quarantine")

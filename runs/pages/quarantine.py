@@ -1,46 +1,15 @@
-"""The record's own page: fleet goodput by day, run and cause. Login required. The pages that also show incidents
-(overview, run, node) are in fleetops/console/."""
-
-from datetime import timedelta
+"""The event quarantine: events that failed to apply on their own, and their replay by an admin after a fix.
+Login required; replaying needs the admin role."""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponseForbidden
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from fleetops.pagecache import page_cached
 from fleetops.roles import is_admin
-from runs import charts, selectors, services
-from runs.domain import quality
-from runs.forms import WindowForm
+from runs import services
 from runs.models import Event
-
-
-@login_required
-@page_cached
-def fleet(request):
-    form = WindowForm(request.GET or None, initial={"days": 30})
-    days = form.cleaned_data["days"] if form.is_bound and form.is_valid() and form.cleaned_data["days"] else 30
-    now = timezone.now()
-    report = selectors.fleet_goodput_get(since=now - timedelta(days=days), until=now, now=now)
-    gpu_hours = report.total.gpu_hours()
-    context = {
-        "form": form,
-        "days": days,
-        "report": report,
-        "gpu_hours": gpu_hours,
-        # Summed here, not with the template's `add`, which adds floats as ints (2.9 + 2.9 made 4).
-        "failures_lost_gpu_h": sum(gpu_hours[stage] for stage in ("detection", "rescheduling", "reload", "rewound")),
-        "daily_figure": charts.daily_goodput(report.daily),
-        "runs_figure": charts.goodput_by_run([(run.name, b) for run, b in report.by_run]),
-        "causes_figure": charts.lost_by_cause(report.lost_by_cause),
-        "gpus_capped": selectors.runs_gpus_capped(run for run, _ in report.by_run),
-        "max_gpus_per_node": quality.MAX_GPUS_PER_NODE,
-    }
-    return render(request, "runs/fleet.html", context)
-
 
 QUARANTINE_SHOWN = 200
 
