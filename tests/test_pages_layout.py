@@ -1,4 +1,4 @@
-"""Where a page lives (docs/ARCHITECTURE.md, "Pages"): one rule, held here.
+"""Where a page lives (docs/ARCHITECTURE.md, "Where a page lives"): one rule, held here.
 
 - A page about one app's record is in that app's pages/ package (runs/pages/, incidents/pages/), its templates under
   templates/runs/ or templates/incidents/. A page that reads both apps is in fleetops/console/, its templates under
