@@ -1,9 +1,9 @@
 from django.urls import path
 
-from runs import views
+from runs.pages import fleet, quarantine
 
 urlpatterns = [
-    path("fleet", views.fleet, name="fleet"),
-    path("events/quarantined", views.quarantine, name="event-quarantine"),
-    path("events/quarantined/replay", views.quarantine_replay, name="event-quarantine-replay"),
+    path("fleet", fleet.fleet, name="fleet"),
+    path("events/quarantined", quarantine.quarantine, name="event-quarantine"),
+    path("events/quarantined/replay", quarantine.quarantine_replay, name="event-quarantine-replay"),
 ]

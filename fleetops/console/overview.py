@@ -39,11 +39,13 @@ def overview(request):
     if request.htmx and not request.htmx.history_restore_request and request.GET.get("part") == "live":
         # The figures' 10 s refresh: not the run table's reads, which refresh on their own poll.
         return render(
-            request, "runs/overview.html#fleet-live", _live_context(timezone.now(), selectors.node_states_by_cluster())
+            request,
+            "console/overview.html#fleet-live",
+            _live_context(timezone.now(), selectors.node_states_by_cluster()),
         )
     part = request.GET.get("part")
     if request.htmx and not request.htmx.history_restore_request and part == "grid":
-        return render(request, "runs/overview.html#grid-racks", _grid_context())
+        return render(request, "console/overview.html#grid-racks", _grid_context())
     state = request.GET.get("state", "")
     if state not in Run.State.values:
         state = ""
@@ -62,7 +64,7 @@ def overview(request):
         "pending_events": selectors.events_pending_count(),
     }
     if request.htmx and not request.htmx.history_restore_request:
-        return render(request, "runs/overview.html#run-table", context)
+        return render(request, "console/overview.html#run-table", context)
     now, clusters = timezone.now(), selectors.node_states_by_cluster()
     context |= {
         "clusters": clusters,
@@ -77,7 +79,7 @@ def overview(request):
     context["grid_later"] = context["node_total"] > GRID_INLINE_NODES and part != "grid"
     if not context["grid_later"]:
         context |= _grid_context()
-    return render(request, "runs/overview.html", context)
+    return render(request, "console/overview.html", context)
 
 
 def _grid_context() -> dict:

@@ -47,7 +47,7 @@ def preferences_save(request):
 
 
 def _page(request, form: PreferenceForm, status: int = 200):
-    return render(request, "preferences.html", {"form": form, "now": timezone.now()}, status=status)
+    return render(request, "console/preferences.html", {"form": form, "now": timezone.now()}, status=status)
 
 
 class TimeZoneMiddleware:

@@ -10,7 +10,7 @@ register = template.Library()
 EXPANDED = 256  # hosts an expanded list links one by one; a longer one shows its parts, one a line
 
 
-@register.inclusion_tag("_hostlist.html")
+@register.inclusion_tag("runs/_hostlist.html")
 def hosts(hostnames):
     """`hostnames`: the names as read (repeats allowed: several alerts on one node). The names themselves are listed
     when expanded, never the folded text read back: a hostname with a bracket or a comma stays one host."""

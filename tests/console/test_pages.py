@@ -132,7 +132,7 @@ def test_plotly_js_is_served_from_our_own_static_files(client, db):
 
 def test_the_run_page_lists_the_latest_interruptions_and_all_on_request(oncall, record, monkeypatch):
     # The scenario has one interruption; 20 are shown.
-    monkeypatch.setattr("fleetops.console.run_page.INTERRUPTIONS_SHOWN", 0)
+    monkeypatch.setattr("fleetops.console.run.INTERRUPTIONS_SHOWN", 0)
     html = oncall.get("/runs/r1").content.decode()
     assert 'id="interruption-' not in html and "latest 0 of 1" in html
     assert 'href="?interruptions=all#interruptions"' in html

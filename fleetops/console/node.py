@@ -30,7 +30,7 @@ def node_detail(request, hostname):
         "evidence_alerts": [a for a in alerts if a.kind in EVIDENCE_KINDS],
         "interruptions": node.interruptions.select_related("run").order_by("-fault_at")[:20],
     }
-    return render(request, "runs/node_detail.html", context)
+    return render(request, "console/node_detail.html", context)
 
 
 def _xid_history(node: Node, *, bursts: int = 50) -> dict:

@@ -15,7 +15,7 @@ LIVE_LIMIT = 5  # results a kind in the panel under the box; Enter opens the pag
 def search(request):
     raw = request.GET.get("q", "")
     live = bool(request.htmx) and not request.htmx.history_restore_request
-    template = "search.html#search-live" if live else "search.html"
+    template = "console/search.html#search-live" if live else "console/search.html"
     if len(raw) > MAX_LENGTH:
         error = f"A search is at most {MAX_LENGTH} characters; this one has {len(raw):,}. Shorten it and try again."
         return render(request, template, {"search_q": raw[:MAX_LENGTH], "error": error}, status=400)

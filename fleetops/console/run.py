@@ -42,7 +42,7 @@ def run_detail(request, name):
     }
     context.update(_advisor_context(run, now, form=None, version=version, tiers=context.get("tier_measure")))
     context.update(_checkpoint_io_context(run, now, inputs=context["inputs"], version=version))
-    return render(request, "runs/run_detail.html", context)
+    return render(request, "console/run_detail.html", context)
 
 
 @login_required
@@ -52,7 +52,7 @@ def run_advisor(request, name):
     form = WhatIfForm(request.GET) if request.GET else None
     version = selectors.run_record_version(run=run)
     context = {"run": run, **_advisor_context(run, timezone.now(), form=form, version=version)}
-    return render(request, "runs/run_detail.html#advisor", context)
+    return render(request, "console/run_detail.html#advisor", context)
 
 
 @login_required
@@ -62,7 +62,7 @@ def run_levers(request, name):
     run = get_object_or_404(Run, name=name)
     found = selectors.run_levers_get(run=run, now=timezone.now(), version=selectors.run_record_version(run=run))
     context = {"run": run, "levers": found, "levers_loaded": True}
-    return render(request, "runs/run_detail.html#levers", context)
+    return render(request, "console/run_detail.html#levers", context)
 
 
 def _goodput_context(run: Run, now, *, limit: int | None, version: str | None) -> dict:
