@@ -56,6 +56,9 @@ def test_a_newcomer_finds_each_concern_in_two_hops():
         "where the Slurm drain runs",
         "where the weekly PDF is built",
         "where a new detector goes",
+        "where a new event type goes",
+        "where a new cluster adapter goes",
+        "where a new page goes",
     ):
         assert f"| {question}" in table, question
 
