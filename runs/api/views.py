@@ -94,7 +94,9 @@ def events_create(request):
     if problems:
         raise InvalidEvents(problems)
     bounds = request.auth.bounds()
-    node_clusters, run_clusters = selectors.event_clusters(events) if bounds.clusters else ({}, {})
+    # The clusters of what the events name, for a cluster-bound token and for a training job naming nodes.
+    names_nodes = bounds.role == trust.TRAINER and any(trust.named_nodes(event) for event in events)
+    node_clusters, run_clusters = selectors.event_clusters(events) if bounds.clusters or names_nodes else ({}, {})
     outside = trust.out_of_bounds(events, bounds, node_clusters=node_clusters, run_clusters=run_clusters)
     if outside:
         raise EventsOutOfBounds(outside)

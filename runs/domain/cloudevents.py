@@ -332,6 +332,8 @@ def shifted(event: CloudEvent, delta: timedelta) -> CloudEvent:
 
 
 SUBJECT_MAX = 1000  # Event.subject's column
+# The data fields that name a run or nodes: only the types whose schema has them may carry them.
+SUBJECT_FIELDS = ("run", "node", "nodes")
 
 _ATTRIBUTES = {
     "specversion": _choice((SPECVERSION,)),
@@ -382,6 +384,11 @@ def parse_event(raw: Any, index: int = 0) -> tuple[CloudEvent | None, list[Probl
                 continue
             if getattr(check, "stores_its_value", False):  # the value is kept as sent, but for a cause's label
                 cleaned[name] = value
+        for name in SUBJECT_FIELDS:
+            if name in data and name not in SCHEMAS[values["type"]]:
+                # Refused, not ignored: the intake reads the run and nodes an event names from these fields, so one
+                # that no schema checks would name subjects nobody validated or bounded.
+                problems.append(Problem(index, f"data.{name}", f"is not a field of {values['type']}"))
         data = cleaned
     if problems:
         return None, problems

@@ -79,22 +79,44 @@ def out_of_bounds(
     return problems
 
 
+def named_nodes(event: CloudEvent) -> list[tuple[str, str]]:
+    """(field, hostname) of every node the event names: its data.node, and each of a start's data.nodes."""
+    named = [("data.node", event.data["node"])] if isinstance(event.data.get("node"), str) else []
+    nodes = event.data.get("nodes")
+    if isinstance(nodes, list):
+        named += [(f"data.nodes[{i}]", node) for i, node in enumerate(nodes) if isinstance(node, str)]
+    return named
+
+
 def _crossed(event, bounds, node_clusters, run_clusters) -> tuple[str, str] | None:
     if bounds.sources and not source_allowed(event.source, bounds.sources):
         return "source", f"this token may not send from source {event.source!r}"
     if not event.type.startswith(ROLE_TYPES[bounds.role]):
         return "type", f"a token of role {bounds.role} may not send {event.type}"
-    run, node = event.data.get("run"), event.data.get("node")
-    if bounds.node and node != bounds.node:
-        return "data.node", f"a node agent speaks for its own node only, not {node!r}"
+    run, nodes = event.data.get("run"), named_nodes(event)
+    if bounds.node:
+        for field, node in nodes or [("data.node", None)]:
+            if node != bounds.node:
+                return field, f"a node agent speaks for its own node only, not {node!r}"
+    is_run = event.type.startswith(_RUN_TYPES)
+    # A run event's nodes join its run's cluster when the record has none for them (a start's nodes, new ones).
+    run_cluster = run_clusters.get(run) if is_run else None
+    if bounds.role == TRAINER and run_cluster is not None:
+        # A training job speaks for its run, and through it for the nodes its run is on: never another cluster's
+        # (its run.failed naming one would have a playbook drain that node through its own cluster).
+        for field, node in nodes:
+            if node_clusters.get(node, run_cluster) != run_cluster:
+                return field, (
+                    f"node {node} is in cluster {node_clusters[node]}, not in run {run}'s cluster {run_cluster}: "
+                    "a training job names the nodes of its own run's cluster only"
+                )
     if not bounds.clusters:
         return None
-    if event.type.startswith(_RUN_TYPES):
-        field, name, cluster = "data.run", f"run {run}", run_clusters.get(run)
-    else:
-        field, name, cluster = "data.node", f"node {node}", node_clusters.get(node)
-    if cluster is None:
-        return field, f"the cluster of {name} is not known; name it in data.cluster"
-    if cluster not in bounds.clusters:
-        return field, f"{name} is in cluster {cluster}, which this token does not speak for"
+    subjects = [("data.run", f"run {run}", run_cluster)] if is_run else []
+    subjects += [(field, f"node {node}", node_clusters.get(node, run_cluster)) for field, node in nodes]
+    for field, name, cluster in subjects:
+        if cluster is None:
+            return field, f"the cluster of {name} is not known; name it in data.cluster"
+        if cluster not in bounds.clusters:
+            return field, f"{name} is in cluster {cluster}, which this token does not speak for"
     return None

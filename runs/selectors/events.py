@@ -137,7 +137,7 @@ def event_clusters(events: list[CloudEvent]) -> tuple[dict[str, str], dict[str, 
     """The cluster of each node and run the events name: the record's where it knows one, else the events' own
     data.cluster (runs.domain.trust.out_of_bounds reads these)."""
     nodes, runs = trust.clusters_named(events)
-    hostnames = {e.data["node"] for e in events if isinstance(e.data.get("node"), str)}
+    hostnames = {node for e in events for _field, node in trust.named_nodes(e)}
     run_names = {e.data["run"] for e in events if isinstance(e.data.get("run"), str)}
     nodes.update(
         Node.objects.filter(hostname__in=hostnames, cluster__isnull=False).values_list("hostname", "cluster__name")

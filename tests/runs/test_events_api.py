@@ -3,6 +3,7 @@
 import json
 import random
 
+import pytest
 from django.test import override_settings
 
 from runs.models import GPU, Attempt, Checkpoint, Event, Interruption, Node, Run
@@ -241,16 +242,34 @@ def test_it_refuses_names_and_times_with_a_trailing_newline_or_foreign_digits(wr
     assert Event.objects.count() == 0
 
 
-def test_a_run_or_node_field_an_event_type_does_not_check_is_kept_but_not_indexed(
-    writer, django_capture_on_commit_callbacks
-):
-    """gpu.health does not check `run`: a long or non-string one is stored in data, not in the indexed column."""
-    health = {"node": "n1", "gpu": 0, "temperature_c": 60.0, "throttle_reasons": [], "nvlink_errors": 0}
-    batch = [
-        event("gpu.health", at(1), "h1", **health, recovery_action=0, run="r" * 300),
-        event("gpu.health", at(2), "h2", **health, recovery_action=0, run={"name": "r1"}),
+@pytest.mark.parametrize(
+    ("type_", "field", "value"),
+    [
+        ("gpu.health", "run", "r1"),  # an agent's event would have made a run
+        ("gpu.health", "run", {"name": "r1"}),
+        ("run.step", "nodes", ["n1", "a/b", ""]),  # any type's data.nodes became nodes, '/' and '' included
+        ("run.step", "node", "n9"),
+        ("checkpoint.started", "nodes", ["\u202en1"]),
+    ],
+)
+def test_a_run_or_node_field_an_event_type_does_not_check_is_refused(writer, type_, field, value):
+    """The intake reads the run and nodes an event names from data.run, data.node and data.nodes: a type whose schema
+    does not check one of them is refused with it (400, the field named), not kept to name subjects unchecked."""
+    data = (
+        {
+            "node": "n1",
+            "gpu": 0,
+            "temperature_c": 60.0,
+            "throttle_reasons": [],
+            "nvlink_errors": 0,
+            "recovery_action": 0,
+        }
+        if type_ == "gpu.health"
+        else {"run": "r1", "step": 10}
+    )
+    response = post(writer, [event(type_, at(1), "x1", **data, **{field: value})])
+    assert response.status_code == 400
+    assert [(e["field"], e["reason"]) for e in response.json()["errors"]] == [
+        (f"data.{field}", f"is not a field of {type_}")
     ]
-    with django_capture_on_commit_callbacks(execute=True):
-        assert post(writer, batch).status_code == 202
-    assert list(Event.objects.order_by("event_id").values_list("run_name", "node_name")) == [("", "n1"), ("", "n1")]
-    assert Event.objects.get(event_id="h2").data["run"] == {"name": "r1"}
+    assert Event.objects.count() == 0

@@ -1,0 +1,138 @@
+"""Every run and node an event names is held to its token's bounds (issue 45), not only the run it is about: a
+training job's run.failed names the node a playbook will drain, and a start's node list says which nodes join which
+cluster. Refused whole with 403 naming the event, the field and the bound; nothing is stored."""
+
+import json
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from incidents.models import Incident, PlaybookExecution
+from runs.domain import trust
+from runs.domain.cloudevents import parse_events
+from runs.models import ApiToken, Attempt, Event, Node
+from tests.conftest import make_token
+from tests.stories import event
+
+BATCH = "application/cloudevents-batch+json"
+pytestmark = pytest.mark.django_db
+
+
+def client_for(**bounds) -> APIClient:
+    client = APIClient()
+    token = make_token(f"token-{ApiToken.objects.count()}", ["events:write"], **bounds)
+    client.credentials(HTTP_AUTHORIZATION="Bearer " + token)
+    return client
+
+
+@pytest.fixture
+def send(django_capture_on_commit_callbacks):
+    def post(client: APIClient, events: list[dict]):
+        with django_capture_on_commit_callbacks(execute=True):
+            return client.post("/api/v1/events", json.dumps(events), content_type=BATCH)
+
+    return post
+
+
+@pytest.fixture
+def two_clusters(send):
+    """Clusters a and b, each with two nodes and a run on one of them, started by its own scheduler."""
+    for name in ("a", "b"):
+        scheduler = client_for(role="scheduler", clusters=[name])
+        start = event(
+            "run.started", timezone.now(), f"go-{name}", run=f"run-{name}", cluster=name, gpus=8,
+            nodes=[f"{name}1"], job_id=f"{name}-7",
+        )  # fmt: skip
+        assert send(scheduler, [start, _beat(f"{name}2", name)]).status_code == 202
+    assert set(Node.objects.values_list("hostname", "cluster__name")) == {
+        ("a1", "a"), ("a2", "a"), ("b1", "b"), ("b2", "b"),
+    }  # fmt: skip
+
+
+def _beat(node: str, cluster: str) -> dict:
+    return event("node.heartbeat", timezone.now(), f"hb-{node}", node=node, cluster=cluster)
+
+
+def _failed(run: str, node: str, id_: str = "f1") -> dict:
+    return event("run.failed", timezone.now(), id_, run=run, node=node, gpu=0, xid=79, reason="fell off the bus")
+
+
+@pytest.mark.reliability(
+    "A training job's token bound to cluster a reports its run failed on a node of cluster b",
+    how="run.failed for the token's own run naming b1 (Xid 79, a fault whose remedy is drain-and-replace)",
+    outcome="403 naming the event, data.node and cluster b; nothing stored, no incident, no playbook on b1 (before: "
+    "accepted, and the playbook drained b1 through cluster b's scheduler)",
+)
+def test_a_trainer_bound_to_one_cluster_cannot_name_another_clusters_node(two_clusters, send):
+    trainer = client_for(role="trainer", clusters=["a"])
+    response = send(trainer, [_failed("run-a", "b1")])
+    assert response.status_code == 403, response.content
+    (error,) = response.json()["errors"]
+    assert (error["index"], error["field"]) == (0, "data.node")
+    assert error["reason"].startswith("node b1 is in cluster b, not in run run-a's cluster a")
+    assert not Event.objects.filter(type="run.failed").exists()
+    assert not Incident.objects.exists() and not PlaybookExecution.objects.exists()
+    assert send(trainer, [_failed("run-a", "a1", "f2")]).status_code == 202  # its own node: as before
+
+
+def test_an_unbound_trainer_names_only_its_runs_cluster(two_clusters, send):
+    """The default trainer token speaks for every cluster's runs, each through its own cluster's nodes."""
+    trainer = client_for(role="trainer")
+    response = send(trainer, [_failed("run-b", "b1"), _failed("run-a", "b2", "f2")])
+    assert response.status_code == 403
+    assert [(e["index"], e["field"]) for e in response.json()["errors"]] == [(1, "data.node")]
+    assert "node b2 is in cluster b, not in run run-a's cluster a" in response.json()["errors"][0]["reason"]
+    assert not Event.objects.filter(type="run.failed").exists()
+
+
+@pytest.mark.reliability(
+    "A training job starts its run on nodes of another cluster",
+    how="an unbound trainer token and one bound to cluster a post run.started for a run of cluster a listing a2 and b1",
+    outcome="403 naming data.nodes[1] and cluster b; b1 stays in cluster b and in no attempt of the run",
+)
+def test_a_trainer_never_moves_a_node_onto_its_runs_cluster(two_clusters, send):
+    for trainer in (client_for(role="trainer"), client_for(role="trainer", clusters=["a"])):
+        start = event(
+            "run.started", timezone.now(), "go-2", run="run-a", cluster="a", gpus=16, nodes=["a2", "b1"], job_id="8"
+        )
+        response = send(trainer, [start])
+        assert response.status_code == 403
+        assert [(e["index"], e["field"]) for e in response.json()["errors"]] == [(0, "data.nodes[1]")]
+    assert Node.objects.get(hostname="b1").cluster.name == "b"
+    assert not Attempt.objects.filter(run__name="run-a", nodes__hostname="b1").exists()
+
+
+def test_a_schedulers_start_is_held_to_its_clusters_for_every_node_it_lists(two_clusters, send):
+    scheduler = client_for(role="scheduler", clusters=["a"])
+    start = event("run.started", timezone.now(), "go-3", run="run-a3", cluster="a", gpus=16, nodes=["a9", "b2"],
+                  job_id="9")  # fmt: skip
+    response = send(scheduler, [start])
+    assert response.status_code == 403
+    (error,) = response.json()["errors"]
+    assert (
+        error["field"] == "data.nodes[1]"
+        and "node b2 is in cluster b, which this token does not speak for" in (error["reason"])
+    )
+    start["data"]["nodes"] = ["a9"]  # a node new to the record joins the start's cluster, as before
+    assert send(scheduler, [start]).status_code == 202
+    assert Node.objects.get(hostname="a9").cluster.name == "a"
+
+
+def test_named_nodes_are_read_from_every_field_that_names_one():
+    (start, failed), problems = parse_events(
+        [
+            event("run.started", timezone.now(), "s", run="r", cluster="a", gpus=8, nodes=["n1", "n2"], job_id="1"),
+            _failed("r", "n3"),
+        ],
+        max_batch=10,
+    )
+    assert problems == []
+    assert trust.named_nodes(start) == [("data.nodes[0]", "n1"), ("data.nodes[1]", "n2")]
+    assert trust.named_nodes(failed) == [("data.node", "n3")]
+    bounds = trust.Bounds(role=trust.TRAINER)
+    (problem,) = trust.out_of_bounds([start], bounds, node_clusters={"n2": "b"}, run_clusters={"r": "a"})
+    assert problem.field == "data.nodes[1]" and "a training job names the nodes of its own run's cluster" in (
+        problem.reason
+    )
+    assert trust.out_of_bounds([start], bounds, node_clusters={"n1": "a"}, run_clusters={"r": "a"}) == []
