@@ -14,12 +14,41 @@ from incidents import services
 from incidents.domain.detectors import Finding
 from incidents.domain.intake import AmAlert, PdEvent, rfc3339_time
 from incidents.models import Alert, Incident
+from runs.domain import trust
+from runs.models import Node, Run
 
 
 @dataclass
 class IntakeResult:
     firing: list[str] = field(default_factory=list)
     resolved: list[str] = field(default_factory=list)
+
+
+def out_of_bounds(
+    bounds: trust.Bounds, subjects: list[tuple[str | None, str | None] | None], fingerprints: list[str]
+) -> list[tuple[int, str, str]]:
+    """(index, "node" or "run", why) for each alert outside the token's bounds (runs/domain/trust.py): the (node, run)
+    its payload names (None: it names none, as an acknowledgement), and those of the firing FleetOps alert its
+    fingerprint would resolve or acknowledge, so that a sender cannot clear or acknowledge the alert of a node it does
+    not speak for by sending its fingerprint."""
+    firing = Alert.objects.filter(fingerprint__in=set(fingerprints), status="firing")
+    held = {fp: (node, run) for fp, node, run in firing.values_list("fingerprint", "node__hostname", "run__name")}
+    named = [subject for subject in subjects if subject] + [held[fp] for fp in fingerprints if fp in held]
+    nodes, runs = {n for n, _ in named if n}, {r for _, r in named if r}
+    node_clusters = dict(
+        Node.objects.filter(hostname__in=nodes, cluster__isnull=False).values_list("hostname", "cluster__name")
+    )
+    run_clusters = dict(Run.objects.filter(name__in=runs, cluster__isnull=False).values_list("name", "cluster__name"))
+    found = []
+    for index, (named_here, fingerprint) in enumerate(zip(subjects, fingerprints, strict=True)):
+        for subject in (named_here, held.get(fingerprint)):
+            crossed = subject and trust.subjects_crossed(
+                bounds, node=subject[0], run=subject[1], node_clusters=node_clusters, run_clusters=run_clusters
+            )
+            if crossed:
+                found.append((index, *crossed))
+                break
+    return found
 
 
 def _record(finding: Finding, at: datetime) -> Alert:

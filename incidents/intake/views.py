@@ -18,8 +18,9 @@ from incidents import services
 from incidents.domain import intake as domain_intake
 from incidents.intake import services as intake
 from runs.api.auth import EventsWriteScope, token_authenticate
-from runs.api.base import InvalidEvents, over_quota
+from runs.api.base import EventsOutOfBounds, InvalidEvents, over_quota
 from runs.api.serializers import ErrorSerializer
+from runs.domain.cloudevents import Problem
 from runs.models import ApiToken
 from runs.quotas import quota_return, quota_take
 
@@ -58,6 +59,16 @@ def alertmanager_webhook(request):
     alerts, problems = domain_intake.alertmanager_parse(request.data, max_alerts=settings.INTAKE_MAX_ALERTS)
     if problems:
         raise InvalidPayload(problems)
+    bounds = request.auth.bounds()
+    subjects = [(finding.node, finding.run) for finding in (alert.finding() for alert in alerts)]
+    outside = intake.out_of_bounds(bounds, subjects, [alert.fingerprint for alert in alerts])
+    if outside:
+        raise EventsOutOfBounds(
+            [
+                Problem(i, f"alerts[{i}].labels.{field}", f"{why} (this token: {bounds.describe()})")
+                for i, field, why in outside
+            ]
+        )
     now = timezone.now()
     retry_after = quota_take(token=request.auth, count=len(alerts), now=now)
     if retry_after is not None:
@@ -108,6 +119,12 @@ def pagerduty_enqueue(request):
         return _pd_error(401, "Invalid routing key", [f"routing_key: {refusal}"], "unauthorized")
     if not token.has_scope(ApiToken.Scope.EVENTS_WRITE):
         return _pd_error(403, "Forbidden", ["this token lacks the 'events:write' scope"], "forbidden")
+    named = event.finding() if event.action == "trigger" else None
+    outside = intake.out_of_bounds(token.bounds(), [(named.node, named.run) if named else None], [event.fingerprint])
+    if outside:
+        ((_, field, why),) = outside
+        where = "payload.custom_details or payload.source" if named else f"dedup_key {event.dedup_key!r}"
+        return _pd_error(403, "Forbidden", [f"{where} ({field}): {why}"], "forbidden")
     now = timezone.now()
     retry_after = quota_take(token=token, count=1, now=now)
     if retry_after is not None:

@@ -120,3 +120,34 @@ def _crossed(event, bounds, node_clusters, run_clusters) -> tuple[str, str] | No
         if cluster not in bounds.clusters:
             return field, f"{name} is in cluster {cluster}, which this token does not speak for"
     return None
+
+
+def subjects_crossed(
+    bounds: Bounds,
+    *,
+    node: str | None,
+    run: str | None,
+    node_clusters: Mapping[str, str],
+    run_clusters: Mapping[str, str],
+) -> tuple[str, str] | None:
+    """An alert from another system (Alertmanager, PagerDuty) about `node` and `run`, held to the bounds an event
+    about them would be: ("node" or "run", why) for the first bound it crosses, else None. An alert about a node is a
+    node's state, which a training job never reports; the record alone says a node's or run's cluster."""
+    if node is not None and not any(prefix.startswith("node.") for prefix in ROLE_TYPES[bounds.role]):
+        return "node", f"a token of role {bounds.role} may not report alerts about a node ({node})"
+    if node is None and run is not None and not any(prefix.startswith("run.") for prefix in ROLE_TYPES[bounds.role]):
+        return "run", f"a token of role {bounds.role} may not report alerts about a run ({run})"
+    if bounds.node and node != bounds.node:
+        return "node", f"a node agent speaks for its own node only, not {node!r}"
+    if not bounds.clusters:
+        return None
+    if node is None and run is None:
+        return "node", "the alert names no node or run, and this token speaks only for its clusters' nodes and runs"
+    for field, name, cluster in (("node", node, node_clusters.get(node)), ("run", run, run_clusters.get(run))):
+        if name is None:
+            continue
+        if cluster is None:
+            return field, f"the cluster of {field} {name} is not known to FleetOps"
+        if cluster not in bounds.clusters:
+            return field, f"{field} {name} is in cluster {cluster}, which this token does not speak for"
+    return None

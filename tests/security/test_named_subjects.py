@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from incidents.models import Incident, PlaybookExecution
+from incidents.models import Alert, Incident, PlaybookExecution
 from runs.domain import trust
 from runs.domain.cloudevents import parse_events
 from runs.models import ApiToken, Attempt, Event, Node
@@ -136,3 +136,81 @@ def test_named_nodes_are_read_from_every_field_that_names_one():
         problem.reason
     )
     assert trust.out_of_bounds([start], bounds, node_clusters={"n1": "a"}, run_clusters={"r": "a"}) == []
+
+
+# --- The Alertmanager and PagerDuty intakes name nodes and runs too ---
+
+AM = "/api/v1/intake/alertmanager"
+PD = "/api/v1/intake/pagerduty/v2/enqueue"
+
+
+def _am(client: APIClient, node: str, status: str = "firing", fingerprint: str = "f1"):
+    alert = {
+        "status": status, "labels": {"alertname": "GPUHot", "node": node, "severity": "critical"}, "annotations": {},
+        "startsAt": "2026-11-29T10:00:00Z", "endsAt": "0001-01-01T00:00:00Z", "fingerprint": fingerprint,
+    }  # fmt: skip
+    body = {"version": "4", "groupKey": "{}", "status": status, "receiver": "fleetops", "alerts": [alert]}
+    return client.post(AM, json.dumps(body), content_type="application/json")
+
+
+def _pd(token: str, action: str, dedup_key: str, node: str | None = None):
+    body = {"routing_key": token, "event_action": action, "dedup_key": dedup_key}
+    if action == "trigger":
+        body["payload"] = {"summary": "NCCL timeout", "source": node, "severity": "error"}
+    return APIClient().post(PD, json.dumps(body), content_type="application/json")
+
+
+def _bearer(token: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Bearer " + token)
+    return client
+
+
+@pytest.mark.reliability(
+    "Alertmanager alerts about another cluster's node, or a resolved notice of its alert, from a bound token",
+    how="an agent token of a1 and a scheduler token of cluster a post a firing alert labelled node b1, then a "
+    "resolved notice carrying the fingerprint of b1's firing alert under a1's labels; a trainer token posts one on a1",
+    outcome="403 naming alerts[0].labels.node and the bound; no alert recorded, b1's alert still firing (before: "
+    "accepted, and any events:write token could plant or clear alerts on any node)",
+)
+def test_alertmanager_alerts_are_held_to_the_tokens_bounds(two_clusters):
+    owner = _bearer(make_token("b-scheduler", ["events:write"], role="scheduler", clusters=["b"]))
+    assert _am(owner, "b1", fingerprint="hot-b1").status_code == 200
+    agent = _bearer(make_token("a1-agent", ["events:write"], role="agent", node="a1"))
+    scheduler = _bearer(make_token("a-scheduler", ["events:write"], role="scheduler", clusters=["a"]))
+    trainer = _bearer(make_token("a-trainer", ["events:write"], role="trainer", clusters=["a"]))
+    for client, node, status, expected in (
+        (agent, "b1", "firing", "its own node only, not 'b1'"),
+        (scheduler, "b1", "firing", "node b1 is in cluster b, which this token does not speak for"),
+        (scheduler, "a1", "resolved", "node b1 is in cluster b"),  # b1's alert, by its fingerprint
+        (trainer, "a1", "firing", "a token of role trainer may not report alerts about a node (a1)"),
+    ):
+        response = _am(client, node, status, fingerprint="hot-b1" if status == "resolved" else "f-" + node)
+        assert response.status_code == 403, response.content
+        (error,) = response.json()["errors"]
+        assert error["field"] == "alerts[0].labels.node" and expected in error["reason"], error
+    assert list(Alert.objects.values_list("fingerprint", "status")) == [("am:hot-b1", "firing")]
+    assert _am(agent, "a1", fingerprint="f-a1").status_code == 200  # its own node: as before
+
+
+@pytest.mark.reliability(
+    "A PagerDuty trigger and acknowledge from a token of another cluster",
+    how="cluster b's scheduler triggers dedup_key nccl-b on b1; an agent token of a1 triggers an alert naming b1 and "
+    "acknowledges nccl-b",
+    outcome="403 both times; b1's incident stays unacknowledged with only its own alert (before: the agent's "
+    "trigger joined b's incident and its acknowledge silenced b's page)",
+)
+def test_pagerduty_events_are_held_to_the_routing_keys_bounds(two_clusters):
+    owner = make_token("b-pd", ["events:write"], role="scheduler", clusters=["b"])
+    assert _pd(owner, "trigger", "nccl-b", node="b1").status_code == 202
+    agent = make_token("a1-pd", ["events:write"], role="agent", node="a1")
+    trigger = _pd(agent, "trigger", "nccl-a", node="b1")
+    assert trigger.status_code == 403 and "its own node only, not 'b1'" in trigger.json()["errors"][0]
+    ack = _pd(agent, "acknowledge", "nccl-b")
+    assert ack.status_code == 403 and "dedup_key 'nccl-b'" in ack.json()["errors"][0]
+    resolve = _pd(agent, "resolve", "nccl-b")
+    assert resolve.status_code == 403
+    (incident,) = Incident.objects.all()
+    assert incident.status == "triggered" and incident.alerts.count() == 1
+    assert incident.alerts.get().status == "firing"
+    assert _pd(agent, "trigger", "nccl-a", node="a1").status_code == 202  # its own node: as before
