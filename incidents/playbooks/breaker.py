@@ -11,6 +11,7 @@ The drains FleetOps made in the last hour are counted apart, whatever the nodes'
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -18,7 +19,7 @@ from incidents import services
 from incidents.domain.playbooks import breaker_reason
 from incidents.models import StepExecution
 from incidents.playbooks.clusters.base import OUT_OF_SERVICE, ClusterAdapter, RefusedError
-from runs.models import Node
+from runs.models import Cluster, Node
 
 DRAIN_STEP, RETURN_STEP = "drain", "return to spares"  # the drain-and-replace and return-to-service steps
 DRAIN_WINDOW = timedelta(hours=1)
@@ -48,32 +49,53 @@ def drained_by_fleetops(*, cluster) -> set[str]:
     }
 
 
-def check(*, execution, cluster, adapter: ClusterAdapter) -> None:
+def check(*, execution, cluster, adapter: ClusterAdapter, step=None) -> None:
     """Raise RefusedError when draining the execution's node would open the breaker; a node already out passes.
 
-    A scheduler that cannot be read raises its TransientError: the step waits rather than drain blind."""
-    reported = set(Node.objects.filter(cluster=cluster, state__in=OUT_OF_SERVICE).values_list("hostname", flat=True))
-    out = reported | drained_by_fleetops(cluster=cluster) | adapter.out_of_service()
-    if execution.node.hostname in out:
-        return
-    fleet = Node.objects.filter(cluster=cluster).exclude(state="retired").count()
-    drains = StepExecution.objects.filter(
-        name=DRAIN_STEP,
-        status=StepExecution.Status.SUCCEEDED,
-        execution__dry_run=False,
-        execution__node__cluster=cluster,
-        finished_at__gte=timezone.now() - DRAIN_WINDOW,
-    ).count()
-    why = breaker_reason(
-        taken_out=len(out),
-        fleet=fleet,
-        max_share=settings.PLAYBOOK_MAX_OUT_SHARE if cluster.max_out_share is None else cluster.max_out_share,
-        max_nodes=settings.PLAYBOOK_MAX_OUT_NODES,
-        drains_in_window=drains,
-        max_drains=settings.PLAYBOOK_MAX_DRAINS_PER_HOUR,
-    )
-    if why is None:
-        return
+    One decision at a time per cluster (its row locked): a drain let through is admitted (its running `step` marked)
+    before the lock is let go, and the next decision counts it out of service though the scheduler may not have
+    drained it yet; so drains decided at once, when many faults come together, are held to the limit as one after
+    another would be. A scheduler that cannot be read raises its TransientError: the step waits rather than drain
+    blind."""
+    with transaction.atomic():
+        list(Cluster.objects.select_for_update().filter(pk=cluster.pk).values_list("pk"))
+        admitted = set(
+            StepExecution.objects.filter(
+                name=DRAIN_STEP,
+                status=StepExecution.Status.RUNNING,
+                output__admitted=True,
+                execution__dry_run=False,
+                execution__node__cluster=cluster,
+            )
+            .exclude(execution__node=execution.node)  # its own drain, run again after a worker died
+            .values_list("execution__node__hostname", flat=True)
+        )
+        reported = set(
+            Node.objects.filter(cluster=cluster, state__in=OUT_OF_SERVICE).values_list("hostname", flat=True)
+        )
+        out = reported | drained_by_fleetops(cluster=cluster) | adapter.out_of_service() | admitted
+        if execution.node.hostname in out:
+            return
+        fleet = Node.objects.filter(cluster=cluster).exclude(state="retired").count()
+        drains = StepExecution.objects.filter(
+            name=DRAIN_STEP,
+            status=StepExecution.Status.SUCCEEDED,
+            execution__dry_run=False,
+            execution__node__cluster=cluster,
+            finished_at__gte=timezone.now() - DRAIN_WINDOW,
+        ).count()
+        why = breaker_reason(
+            taken_out=len(out),
+            fleet=fleet,
+            max_share=settings.PLAYBOOK_MAX_OUT_SHARE if cluster.max_out_share is None else cluster.max_out_share,
+            max_nodes=settings.PLAYBOOK_MAX_OUT_NODES,
+            drains_in_window=drains + len(admitted - reported),
+            max_drains=settings.PLAYBOOK_MAX_DRAINS_PER_HOUR,
+        )
+        if why is None:
+            if step is not None and not execution.dry_run:
+                StepExecution.objects.filter(pk=step.pk).update(output={"admitted": True})
+            return
     if execution.incident_id:
         services.incident_page_human(incident=execution.incident, why=f"circuit breaker: {why}")
     raise RefusedError(f"circuit breaker open: {why}; a human must decide")

@@ -51,7 +51,7 @@ def job_id_of(execution) -> str:
 def _drain_node(execution, step, spec) -> dict:
     cluster = cluster_of(execution)
     adapter = adapter_for(cluster)
-    breaker.check(execution=execution, cluster=cluster, adapter=adapter)
+    breaker.check(execution=execution, cluster=cluster, adapter=adapter, step=step)
     outcome = adapter.ensure_drained(execution.node.hostname, reason_of(execution))
     raw = outcome.node.raw_state if outcome.node else ""
     if execution.incident_id and execution.incident.run_id is None:  # a node's incident: out of service stops the harm

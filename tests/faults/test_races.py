@@ -7,6 +7,7 @@ effect happen once.
 
 import json
 import re
+from datetime import UTC, datetime
 
 import pytest
 
@@ -20,7 +21,7 @@ from runs.services import record_rebuild
 from runs.tasks import apply_events
 from tests.faults.conftest import stream
 from tests.services import Worker, wait_for, wait_until_applied, wait_until_detected
-from tests.stories import record_snapshot, spares, story_until_failure, xid_storm
+from tests.stories import event, record_snapshot, spares, story_until_failure, xid_storm
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 BATCH = "application/cloudevents-batch+json"
@@ -151,3 +152,60 @@ def test_two_workers_advancing_the_same_playbook_run_each_step_once(writer, brok
     assert changes.filter(type="run.started").count() == 1
     assert changes.filter(type="node.state", node_name="s1", data__state="in_service").count() == 1
     assert changes.filter(type="node.state", node_name="n2", data__state="in_repair").count() == 1
+
+
+def _two_runs_failed_on_one_cluster() -> list[dict]:
+    """A 40-node cluster c1 with x39 cordoned and two spares; runs r1 on x00-x03 and r2 on x04-x07 each fail, on x01
+    and x05."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    nodes = [f"x{i:02d}" for i in range(40)]
+    events = [event("node.heartbeat", now, f"hb-{n}", node=n, cluster="c1") for n in nodes]
+    events += [event("node.state", now, "out-x39", node="x39", state="cordoned", reason="repair", cluster="c1")]
+    events += spares("s1", "s2")
+    for run, hosts, bad in (("r1", nodes[0:4], "x01"), ("r2", nodes[4:8], "x05")):
+        events.append(event("run.started", now, f"go-{run}", run=run, cluster="c1", gpus=32, nodes=hosts, job_id=run))
+        events.append(event("run.failed", now, f"fail-{run}", run=run, node=bad, reason="NCCL watchdog timeout"))
+    return events
+
+
+@pytest.mark.reliability(
+    "Two drains decided at once in one cluster, each on its own worker",
+    how="two celery worker processes, a 40-node simulated cluster with one node out and at most 2 out "
+    "(PLAYBOOK_MAX_OUT_NODES), every scheduler change taking 3 s; drain-and-replace started at once for two runs' "
+    "failed nodes",
+    outcome="one node drained, the other playbook refused by the breaker and a person paged: 2 out, never 3 (before: "
+    "both checks passed while neither drain had landed, 3 out)",
+)
+def test_two_drains_at_once_are_held_to_the_breaker_as_one_after_another(writer, broker):
+    env = {"PLAYBOOK_AUTO_START": "false", "SIMULATED_CLUSTER_DELAY_S": "3", "PLAYBOOK_MAX_OUT_NODES": "2"}
+    a, b = _both(**env)
+    try:
+        _post_in_batches(writer, _two_runs_failed_on_one_cluster(), 500)
+        wait_until_detected(Event.objects.count(), timeout=120)
+        executions = [
+            playbook_start(
+                playbook="drain-and-replace",
+                actor=incident_services.FLEETOPS,
+                node=Node.objects.get(hostname=node),
+                run=Run.objects.get(name=run),
+                incident=Incident.objects.get(run__name=run),
+            )
+            for run, node in (("r1", "x01"), ("r2", "x05"))
+        ]
+
+        def drains_decided() -> bool:
+            steps = [e.steps.get(name="drain").status for e in executions]
+            return all(status in ("succeeded", "failed") for status in steps)
+
+        wait_for(drains_decided, timeout=180, what="both drains to be decided")
+    finally:
+        a.stop()
+        b.stop()
+    outcomes = {e.node.hostname: e.steps.get(name="drain").status for e in executions}
+    assert sorted(outcomes.values()) == ["failed", "succeeded"], outcomes
+    refused = next(e for e in executions if outcomes[e.node.hostname] == "failed")
+    refused.refresh_from_db()
+    assert "circuit breaker open" in refused.error
+    assert refused.incident.timeline.filter(kind="paged").exists()
+    out = Node.objects.filter(cluster__name="c1", state__in=("draining", "cordoned", "in_repair"))
+    assert out.count() == 2, list(out.values_list("hostname", "state"))
