@@ -124,7 +124,8 @@ def recovery_action_from_message(message: str) -> int | None:
 
 @dataclass(frozen=True)
 class XidSample:
-    """One gpu.xid event. recovery_action is for Xid 154 when the reporter parsed it; else read from message."""
+    """One gpu.xid event. recovery_action is for Xid 154 when the reporter parsed it; else read from message. `count`:
+    the occurrences it stands for (an agent folds a storm into one event), a weight, never expanded into samples."""
 
     time: datetime
     node: str
@@ -132,6 +133,7 @@ class XidSample:
     xid: int
     message: str = ""
     recovery_action: int | None = None
+    count: int = 1
 
 
 @dataclass(frozen=True)
@@ -156,8 +158,8 @@ def dedupe_xids(events: Iterable[XidSample], *, window_s: float) -> list[XidFaul
 
     A sample joins the open fault of its (node, gpu, xid) when it comes at most window_s seconds after the
     previous sample of that fault (the window slides, so a storm of any length stays one fault); a longer
-    gap starts a new fault. Sum of counts == number of samples. One pass to group, one sort by time per
-    group, one pass to fold: a storm of 100,000 samples takes well under a second.
+    gap starts a new fault. Sum of the faults' counts == sum of the samples' counts (each sample its `count`). One
+    pass to group, one sort by time per group, one pass to fold: a storm of 100,000 samples takes well under a second.
     For Xid 154 the fault takes the latest recovery action seen: the driver's current recommendation.
     """
     if not window_s >= 0:
@@ -185,7 +187,8 @@ def _fault(key: tuple[str, int, int], samples: list[XidSample]) -> XidFault:
         # The latest sample that says which action: the driver's current recommendation.
         recovery = next((r for s in reversed(samples) if (r := _recovery(s)) is not None), None)
     info = classify(xid, recovery_action=recovery)
-    return XidFault(node, gpu, xid, samples[0].time, samples[-1].time, len(samples), info, samples[0].message)
+    count = sum(sample.count for sample in samples)
+    return XidFault(node, gpu, xid, samples[0].time, samples[-1].time, count, info, samples[0].message)
 
 
 def _recovery(sample: XidSample) -> int | None:

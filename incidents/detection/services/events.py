@@ -81,8 +81,12 @@ def _detect(events: list[Event]) -> int:
             runs_heard[event.run_name] = event.time  # in time order: the latest stays
         if event.type == "gpu.xid":
             # A storm of identical Xids on one GPU is one fault: counted into one alert, not one alert each.
-            sample = XidSample(event.time, event.node_name, data["gpu"], data["xid"], data["message"])
-            samples.extend([sample] * data.get("count", 1))  # an agent may have folded a storm into one event
+            # An agent may have folded a storm into one event: its count is a weight, never expanded into samples.
+            samples.append(
+                XidSample(
+                    event.time, event.node_name, data["gpu"], data["xid"], data["message"], count=data.get("count", 1)
+                )
+            )
         elif event.type == "run.failed" and not data.get("planned"):
             # A planned stop is no incident: the run's record counts its cost, nobody has to answer it.
             recorded += _record(_run_failed(event), event.time, action=_failure_action(data))

@@ -186,3 +186,10 @@ def test_it_conserves_every_sample_and_splits_only_at_gaps(samples, window_s):
         same.sort(key=lambda f: f.first_at)
         for before, after in zip(same, same[1:], strict=False):
             assert after.first_at - before.last_at > window
+
+
+def test_a_folded_count_is_a_weight_never_expanded():
+    """An agent folds a storm into one event with its count (up to 1,000,000): the fault counts it as that many."""
+    storm = [XidSample(at(0), "gpu-003", 3, 79, count=1_000_000), XidSample(at(10), "gpu-003", 3, 79, count=5)]
+    (fault,) = dedupe_xids(storm, window_s=60)
+    assert (fault.count, fault.first_at, fault.last_at) == (1_000_005, at(0), at(10))
