@@ -408,6 +408,24 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+# Control characters (C0, DEL, C1: escape sequences, carriage returns, OSC 52's clipboard writes) and the marks that
+# reverse or isolate text direction: what a server's text must never do to the on-call's terminal.
+_HIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(value):
+    """A value from the server as a terminal shows it: each hidden character written as its escape (\\x1b, \\n,
+    \\u202e), never interpreted, in every string of a JSON answer. A reason cannot move the cursor, repaint lines, write
+    the clipboard or reverse what follows it."""
+    if isinstance(value, str):
+        return _HIDDEN.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", value)
+    if isinstance(value, dict):
+        return {shown(key): shown(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [shown(item) for item in value]
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     line = parser()
     args = line.parse_args(argv)
@@ -421,9 +439,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         answer = args.handler(Api(url, token), args)
     except Failure as failure:
-        print(f"fleetops: {failure}", file=sys.stderr)
+        print(f"fleetops: {shown(str(failure))}", file=sys.stderr)
         return failure.status
-    print(json.dumps(answer, indent=2) if getattr(args, "json", False) else args.render(answer))
+    # JSON escapes control characters itself (and, ASCII only, every direction mark).
+    print(json.dumps(answer, indent=2) if getattr(args, "json", False) else args.render(shown(answer)))
     return OK
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.core.mail import send_mail
+from django.core.mail import BadHeaderError, send_mail
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -169,23 +169,30 @@ def _generic(endpoint: WebhookEndpoint, event: str, entry: TimelineEntry) -> dic
     }
 
 
+def slack_text(text: str) -> str:
+    """Text as Slack's mrkdwn shows it and does not act on: &, < and > escaped as Slack asks, so that what a sender
+    wrote (a run.failed reason, a title) cannot ping <!channel>, name a <@user> or hide a <link|as something else>."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _slack(endpoint: WebhookEndpoint, event: str, entry: TimelineEntry) -> dict:
     incident = entry.incident
     url = incident_url(incident)
+    title, text, actor = slack_text(incident.title), slack_text(entry.text), slack_text(entry.actor_name)
     return {
-        "text": _headline(event, entry),
+        "text": slack_text(_headline(event, entry)),
         "blocks": [
             {
                 "type": "section",
                 "text": {
                     "type": "mrkdwn",
-                    "text": f"*[{incident.severity}] <{url}|#{incident.pk} {incident.title}>*\n"
-                    f"*{event.replace('_', ' ')}*: {entry.text}",
+                    "text": f"*[{incident.severity}] <{url}|#{incident.pk} {title}>*\n*{event.replace('_', ' ')}*: "
+                    + text,
                 },
             },
             {
                 "type": "context",
-                "elements": [{"type": "mrkdwn", "text": f"status {incident.status} · by {entry.actor_name}"}],
+                "elements": [{"type": "mrkdwn", "text": f"status {incident.status} · by {actor}"}],
             },
         ],
     }
@@ -214,7 +221,10 @@ def _email(endpoint: WebhookEndpoint, event: str, entry: TimelineEntry) -> dict:
     incident = entry.incident
     body = f"{entry.text}\n\nBy {entry.actor_name} at {entry.at:%Y-%m-%d %H:%M:%S %Z}.\n"
     body += f"Status {incident.status}, severity {incident.severity}.\n\n{incident_url(incident)}\n"
-    return {"subject": _headline(event, entry)[:200], "body": body, "to": recipients(endpoint.url)}
+    # A subject is one header line: a newline in a reason would make the mail refused (BadHeaderError), and a CR LF
+    # in it a header of the sender's choosing.
+    subject = " ".join(_headline(event, entry).split())[:200]
+    return {"subject": subject, "body": body, "to": recipients(endpoint.url)}
 
 
 def recipients(addresses: str) -> list[str]:
@@ -316,6 +326,8 @@ def _send_email(payload: dict) -> None:
         send_mail(payload["subject"], payload["body"], settings.DEFAULT_FROM_EMAIL, payload["to"])
     except smtplib.SMTPRecipientsRefused as error:
         raise _Permanent(f"recipients refused: {error}") from error
+    except BadHeaderError as error:  # sending it again cannot help: failed, with the reason, not pending forever
+        raise _Permanent(f"the message cannot be sent: {error}") from error
     except (smtplib.SMTPException, OSError) as error:
         raise _Transient(f"mail server: {error}") from error
     return None

@@ -192,3 +192,34 @@ def test_it_writes_figures_as_the_console_does():
 def test_it_finds_the_api_from_any_url_fleetops_url_may_name():
     for url in ("http://h:8000", "http://h:8000/", "http://h:8000/api/v1", "http://h:8000/api/v1/events/"):
         assert api_url(url, "incidents/4") == "http://h:8000/api/v1/incidents/4", url
+
+
+@pytest.mark.reliability(
+    "A reason written for the on-call's terminal: an escape sequence that writes the clipboard (OSC 52), one that "
+    "clears the screen, a carriage return and a right-to-left override",
+    how="the CLI's text output of an answer carrying them (fleetops_client.cli.shown, which every text answer and "
+    "error passes through)",
+    outcome="each shown as its escape (\\x1b, \\x0d, \\u202e) and none written raw (before: printed raw)",
+)
+def test_text_from_the_server_is_shown_never_interpreted_by_the_terminal():
+    reason = "fell off\x1b]52;c;cm0gLXJmIH4=\x07 the bus\x1b[2J\roverwritten \u202egnp.exe"
+    shown = cli.shown({"incidents": [{"title": reason, "nodes": ["n1"], "count": 2}]})
+    title = shown["incidents"][0]["title"]
+    assert title == "fell off\\x1b]52;c;cm0gLXJmIH4=\\x07 the bus\\x1b[2J\\x0doverwritten \\u202egnp.exe"
+    assert not any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F or ch == "\u202e" for ch in title)
+    assert shown["incidents"][0]["nodes"] == ["n1"] and shown["incidents"][0]["count"] == 2
+
+
+def test_the_command_line_passes_every_text_answer_and_error_through_it(monkeypatch, capsys):
+    """main() renders the answer as shown, and says a failure's message as shown."""
+    monkeypatch.setattr(cli, "incidents_list", lambda api, args: {"answer": "\x1b[2J"})
+    monkeypatch.setattr(cli, "incident_table", lambda answer: f"title {answer['answer']}")
+    assert cli.main(["--url", "http://127.0.0.1:9", "--token", "t", "incidents", "list"]) == cli.OK
+    assert capsys.readouterr().out == "title \\x1b[2J\n"
+
+    def refused(api, args):
+        raise cli.Failure(4, "refused: \x1b]52;c;eA==\x07")
+
+    monkeypatch.setattr(cli, "incidents_list", refused)
+    assert cli.main(["--url", "http://127.0.0.1:9", "--token", "t", "incidents", "list"]) == 4
+    assert capsys.readouterr().err == "fleetops: refused: \\x1b]52;c;eA==\\x07\n"

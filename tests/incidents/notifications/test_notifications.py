@@ -271,6 +271,51 @@ def test_it_sends_email_through_django_mail():
     assert message.subject.startswith(f"[SEV2] #{incident.pk}") and "Opened by the xid detector" in message.body
 
 
+PHISH = "<!channel> urgent: re-auth at <https://evil.example/login|https://fleetops.example/login> & retry"
+
+
+@pytest.mark.reliability(
+    "A run.failed reason written to reach people: a Slack <!channel> ping with a disguised link, a newline for mail",
+    how="a timeline entry whose text carries <!channel>, a <url|label> link and a newline, delivered to a Slack "
+    "endpoint and an e-mail endpoint",
+    outcome="Slack gets it escaped (&lt;!channel&gt;: shown, no ping, no link); the mail's subject is one line and the "
+    "mail is sent (before: Slack pinged the channel with the link; the mail raised BadHeaderError and stayed "
+    "pending, retried every 5 minutes, never sent and never failed)",
+)
+def test_text_from_a_sender_reaches_slack_and_mail_as_text(settings):
+    _endpoint(format="slack", name="slack")
+    _endpoint("sre@example.com", format="email", name="mail")
+    incident = _incident()
+    Incident.objects.filter(pk=incident.pk).update(title="Run r1 stopped: " + PHISH)
+    incident.refresh_from_db()
+    services.timeline_add(incident=incident, kind="opened", text=PHISH + "\nSubject: forged\r\nBcc: x@evil.example")
+    slack = Delivery.objects.get(endpoint__name="slack").payload
+    shown = [slack["text"], slack["blocks"][0]["text"]["text"]]
+    for text in shown:
+        assert "<!channel>" not in text and "<https://evil" not in text and "&lt;!channel&gt;" in text, text
+    assert "&amp; retry" in shown[1]
+    assert f"/incidents/{incident.pk}|#{incident.pk} Run r1 stopped: &lt;!channel&gt;" in shown[1]  # our own link
+    delivery = Delivery.objects.get(endpoint__name="mail")
+    assert "\n" not in delivery.payload["subject"] and "\r" not in delivery.payload["subject"]
+    assert notifications.delivery_attempt(delivery_id=delivery.pk).status == "delivered"
+    (message,) = mail.outbox
+    headers = message.message()
+    assert headers["Bcc"] is None and message.bcc == [] and message.to == ["sre@example.com"]
+    assert "\n" not in message.subject and "\r" not in message.subject
+
+
+def test_a_message_that_cannot_be_sent_fails_with_its_reason():
+    """A delivery stored before subjects were made one line (a newline in it) fails, once, saying why."""
+    _endpoint("sre@example.com", format="email")
+    services.timeline_add(incident=_incident(), kind="opened", text="x")
+    delivery = Delivery.objects.get()
+    delivery.payload["subject"] = "two\nlines"
+    delivery.save(update_fields=["payload"])
+    assert notifications.delivery_attempt(delivery_id=delivery.pk).status == "failed"
+    delivery.refresh_from_db()
+    assert delivery.status == "failed" and "cannot be sent" in delivery.last_error and not mail.outbox
+
+
 # --- Pages ------------------------------------------------------------------------------------------------
 
 
