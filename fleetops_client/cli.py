@@ -82,13 +82,13 @@ def _reason(body) -> str:
     """The API's error body, {detail, errors: [{field, reason}]}, as lines; a body that is not JSON, its first line."""
     if not isinstance(body, dict):
         text = str(body or "").strip()
-        return text.splitlines()[0][:200] if text else "no reason given"
+        return shown(text.splitlines()[0][:200]) if text else "no reason given"
     lines = [str(body["detail"])] if body.get("detail") else []
     for error in body.get("errors") or []:
         if isinstance(error, dict):
             field = error.get("field")
             lines.append(f"{field}: {error.get('reason', '')}" if field else str(error.get("reason", "")))
-    return "\n  ".join(lines) or json.dumps(body)[:200]
+    return "\n  ".join(shown(line) for line in lines) or json.dumps(body)[:200]
 
 
 # --- Commands: each asks the API and returns its answer; a renderer writes it for people ------------------------
@@ -439,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         answer = args.handler(Api(url, token), args)
     except Failure as failure:
-        print(f"fleetops: {shown(str(failure))}", file=sys.stderr)
+        # The lines are the command line's own (a refusal's errors one a line); what is on them, shown.
+        print("fleetops: " + "\n".join(shown(line) for line in str(failure).split("\n")), file=sys.stderr)
         return failure.status
     # JSON escapes control characters itself (and, ASCII only, every direction mark).
     print(json.dumps(answer, indent=2) if getattr(args, "json", False) else args.render(shown(answer)))

@@ -223,3 +223,6 @@ def test_the_command_line_passes_every_text_answer_and_error_through_it(monkeypa
     monkeypatch.setattr(cli, "incidents_list", refused)
     assert cli.main(["--url", "http://127.0.0.1:9", "--token", "t", "incidents", "list"]) == 4
     assert capsys.readouterr().err == "fleetops: refused: \\x1b]52;c;eA==\\x07\n"
+    # A refusal's errors from the server: one a line, as the command line lays them out; what the server wrote, shown.
+    reason = cli._reason({"detail": "Invalid.", "errors": [{"field": "data.run", "reason": "r\x1b[2J\nx"}]})
+    assert reason == "Invalid.\n  data.run: r\\x1b[2J\\x0ax"
