@@ -3,7 +3,6 @@
 from datetime import UTC, datetime, time
 
 from django import forms
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
@@ -15,6 +14,9 @@ from incidents.models import WeeklyReport
 from incidents.reports import rendering
 from incidents.reports import services as reports
 
+# A report reads every run of its window day by day: a window of years is minutes of work, held by a web worker.
+REPORT_WINDOW_MAX_DAYS = 366
+
 
 class WindowForm(forms.Form):
     since = forms.DateField()
@@ -22,13 +24,16 @@ class WindowForm(forms.Form):
 
     def clean(self):
         data = super().clean()
-        if data.get("since") and data.get("until") and data["until"] <= data["since"]:
+        since, until = data.get("since"), data.get("until")
+        if since and until and until <= since:
             raise forms.ValidationError("The window must end after it starts.")
+        if since and until and (until - since).days > REPORT_WINDOW_MAX_DAYS:
+            raise forms.ValidationError(f"A report covers at most {REPORT_WINDOW_MAX_DAYS} days.")
         return data
 
 
 @login_required
-def report_list(request):
+def report_list(request, form: WindowForm | None = None, status: int = 200):
     rows = list(WeeklyReport.objects.order_by("since", "until").values("pk", "since", "until", "generated_at", "data"))
     previous = None
     for row in rows:
@@ -36,7 +41,8 @@ def report_list(request):
         row["unplanned"] = row["data"]["interruptions"]["unplanned"]
         row["delta_pp"] = None if previous is None else 100 * (row["goodput"] - previous)
         previous = row["goodput"]
-    return render(request, "incidents/reports.html", {"reports": rows[::-1], "form": WindowForm()})
+    context = {"reports": rows[::-1], "form": form or WindowForm()}
+    return render(request, "incidents/reports.html", context, status=status)
 
 
 @login_required
@@ -46,8 +52,7 @@ def report_create(request):
         return HttpResponseForbidden("Viewers read reports; generating one needs the oncall or admin role.")
     form = WindowForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Give a window: two dates, the end after the start.")
-        return redirect("report-list")
+        return report_list(request, form=form, status=400)  # the list again, the form saying what is wrong
     since, until = (datetime.combine(form.cleaned_data[k], time(), tzinfo=UTC) for k in ("since", "until"))
     report = reports.report_generate(since=since, until=until, now=timezone.now())
     return redirect(report)

@@ -153,6 +153,21 @@ _str = Text()
 _name = Name()
 
 
+@dataclass(frozen=True)
+class Key(Text):
+    """An event's source or id: a Text whose UTF-8 bytes are bounded too, so that (source, id) fits the unique index
+    that deduplicates events (PostgreSQL's btree holds at most 2,704 bytes an entry: 1,000 four-byte characters would
+    be 4,000 and fail the insert)."""
+
+    max_bytes: int = 1000
+
+    def __call__(self, value: Any) -> str:
+        value = super().__call__(value)
+        if len(value.encode()) > self.max_bytes:
+            raise _Invalid(f"must be at most {self.max_bytes} bytes in UTF-8, not {len(value.encode()):,}")
+        return value
+
+
 def _choice(choices) -> Choice:
     return Choice(tuple(choices))
 
@@ -337,8 +352,8 @@ SUBJECT_FIELDS = ("run", "node", "nodes")
 
 _ATTRIBUTES = {
     "specversion": _choice((SPECVERSION,)),
-    "id": _str,
-    "source": _str,
+    "id": Key(),
+    "source": Key(),
     "type": _choice(EVENT_TYPES),
     "time": parse_sane_time,
 }

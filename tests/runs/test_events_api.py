@@ -273,3 +273,24 @@ def test_a_run_or_node_field_an_event_type_does_not_check_is_refused(writer, typ
         (f"data.{field}", f"is not a field of {type_}")
     ]
     assert Event.objects.count() == 0
+
+
+@pytest.mark.reliability(
+    "An event whose source and id are each 1,000 four-byte characters",
+    how="POST /api/v1/events with source and id of 1,000 '𝔘' each (4,000 bytes in UTF-8), and of 700 each",
+    outcome="400 naming source and id and the byte bound; nothing stored (before: within the character limit, so "
+    "PostgreSQL's unique index refused the 8,000-byte entry: 500)",
+)
+@pytest.mark.parametrize("length", [1000, 700])
+def test_a_source_or_id_too_many_bytes_for_the_index_is_refused(writer, length):
+    raw = event("run.step", at(1), "x", run="r1", step=1)
+    raw["source"], raw["id"] = "\U0001d518" * length, "\U0001d518" * length
+    response = post(writer, [raw])
+    assert response.status_code == 400, response.content
+    assert [(e["field"], e["reason"]) for e in response.json()["errors"]] == [
+        ("id", f"must be at most 1000 bytes in UTF-8, not {4 * length:,}"),
+        ("source", f"must be at most 1000 bytes in UTF-8, not {4 * length:,}"),
+    ]
+    assert Event.objects.count() == 0
+    raw["source"], raw["id"] = "\U0001d518" * 250, "\U0001d518" * 250  # 1,000 bytes each: stored
+    assert post(writer, [raw]).status_code == 202

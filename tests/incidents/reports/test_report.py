@@ -20,6 +20,7 @@ from datetime import timedelta
 
 import pytest
 import time_machine
+from django.contrib.auth.models import Group
 from django.core import mail
 from django.core.management import call_command
 
@@ -283,3 +284,20 @@ def test_it_reports_each_runs_checkpoint_io(user_client, week):
         for r in csv.DictReader(io.StringIO(user_client.get(f"/reports/{report.pk}.csv").content.decode()))
     }
     assert float(csv_rows["checkpoint_io", "rb", "bandwidth_gb_s"]) == pytest.approx(125 / 30)
+
+
+@pytest.mark.reliability(
+    "A report asked for from year 1 to 9999",
+    how="an on-call engineer posts the report form with since 0001-01-01 and until 9999-12-31",
+    outcome="400 at once, the page saying a report covers at most 366 days beside the form; no report made (before: "
+    "the report read 3.65 million days, a request gunicorn killed after 30 s; and a refused window was never said)",
+)
+def test_a_report_window_of_millennia_is_refused(client, django_user_model):
+    user = django_user_model.objects.create_user("oncall-ana", password="x-pass-123")
+    user.groups.add(Group.objects.get_or_create(name="oncall")[0])
+    client.force_login(user)
+    response = client.post("/reports/generate", {"since": "0001-01-01", "until": "9999-12-31"})
+    assert response.status_code == 400
+    assert "A report covers at most 366 days." in response.content.decode()
+    assert 'value="0001-01-01"' in response.content.decode()  # the form as it was sent, to correct
+    assert not WeeklyReport.objects.exists()
