@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 
 from django.conf import settings
+from django.contrib.messages import get_messages
 from django.core.cache import caches
 from django.http import HttpResponse
 from django.middleware.csrf import get_token
@@ -123,6 +124,8 @@ def _key(request, personal: Callable[[], str] | None) -> str | None:
         return None
     if not request.COOKIES.get(settings.CSRF_COOKIE_NAME):
         return None  # the page would set the CSRF cookie: a response with a cookie is never kept
+    if len(get_messages(request)):
+        return None  # a message waits for this person (base.html shows it): their page alone, neither read nor kept
     user = request.user
     parts = [
         request.get_full_path(),

@@ -164,3 +164,15 @@ def test_once_the_time_is_up_the_page_is_read_anew(ana, settings):
 def test_a_page_that_failed_is_not_kept(ana):
     assert ana.get("/runs/not-yet").status_code == 404
     assert not caches[CACHE]._cache  # noqa: SLF001 -- the locmem store itself: nothing was put in it
+
+
+def test_a_message_for_one_person_is_never_kept_for_others(django_user_model):
+    """The message a write leaves (the quarantine replay's count) shows on that person's next page, which is then
+    neither read from nor kept in the cache: another person with the same roles never sees it."""
+    first, second = (_browser(django_user_model, name, "admin") for name in ("adm1", "adm2"))
+    token = _tokens(first.get("/incidents/").content.decode()).pop()
+    assert second.get("/incidents/").status_code == 200  # the board kept for both
+    assert first.post("/events/quarantined/replay", HTTP_X_CSRFTOKEN=token).status_code == 302
+    assert "Replayed: 0 applied" in first.get("/incidents/").content.decode()
+    assert "Replayed:" not in second.get("/incidents/").content.decode()
+    assert "Replayed:" not in first.get("/incidents/").content.decode()  # said once
