@@ -87,16 +87,33 @@ def postmortem_act(request, pk, action):
         elif action == "item":
             _item_add(request, incident, actor)
         elif action == "done":
-            item = get_object_or_404(ActionItem, pk=request.POST.get("item"), incident=incident)
+            item = get_object_or_404(ActionItem, pk=_id(request, "item"), incident=incident)
             postmortems.action_item_complete(item=item, actor=actor)
+    except BadInput as wrong:
+        return _page(request, incident, error=str(wrong), markdown=_md(request) or None, status=400)
     except (postmortems.PostmortemError, services.IncidentError) as refused:
         incident.refresh_from_db()
         return _page(request, incident, error=str(refused), markdown=_md(request) or None, status=409)
     return redirect("incident-postmortem", pk=pk)
 
 
+class BadInput(ValueError):
+    """A field of the form that is not what it must be: the page again, 400, saying which and why."""
+
+
+def _id(request, field: str) -> int | None:
+    """The form's `field` as a row id: None when empty, BadInput when it is not a whole number (the database would
+    refuse it with an error, a 500)."""
+    value = request.POST.get(field, "").strip()
+    if not value:
+        return None
+    if not (value.isascii() and value.isdigit()) or len(value) > 18:
+        raise BadInput(f"{field}: must be the number of one, not {value[:40]!r}")
+    return int(value)
+
+
 def _item_add(request, incident, actor):
-    owner_id = request.POST.get("owner") or None
+    owner_id = _id(request, "owner")
     owner = get_object_or_404(get_user_model(), pk=owner_id) if owner_id else None
     due = request.POST.get("due_on", "").strip()
     try:

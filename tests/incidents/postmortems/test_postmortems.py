@@ -299,6 +299,17 @@ def test_action_items_are_listed_across_incidents(oncall, ana):
     assert f"#{first.pk}" in html and f"#{second.pk}" in html
 
 
+@pytest.mark.parametrize(("action", "data"), [("done", {"item": "abc"}), ("item", {"text": "x", "owner": "1 OR 1=1"})])
+def test_an_id_that_is_not_a_number_is_refused_naming_the_field(oncall, action, data):
+    """Before: the database refused the value with an error, a 500."""
+    incident = _incident(key="node:c")
+    response = oncall.post(f"/incidents/{incident.pk}/postmortem/{action}", data)
+    assert response.status_code == 400
+    field = next(iter(k for k in data if k in ("item", "owner")))
+    assert f"{field}: must be the number of one" in response.content.decode()
+    assert not ActionItem.objects.exists()
+
+
 def test_a_bad_due_date_is_refused_with_a_message(oncall):
     incident = _incident()
     response = oncall.post(f"/incidents/{incident.pk}/postmortem/item", {"text": "x", "due_on": "2026-02-31"})
