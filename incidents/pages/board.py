@@ -109,8 +109,7 @@ def acknowledge(request):
     incidents = list(Incident.objects.filter(pk__in={int(value) for value in raw}).order_by("pk"))
     actor = services.Actor.of_user(request.user)
     if not can_act(request.user):
-        for incident in incidents:
-            services.action_refused(incident=incident, actor=actor, action="acknowledge")
+        services.actions_refused(incidents=incidents, actor=actor, action="acknowledge")
         raise PermissionDenied("You may not acknowledge incidents: that needs the oncall role.")
     done, passed = [], []
     for incident in incidents:

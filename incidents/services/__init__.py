@@ -45,10 +45,12 @@ from incidents.services.severity import (
 )
 from incidents.services.timeline import (
     FLEETOPS,
+    REFUSAL_REPEAT_S,
     SYSTEM,
     Actor,
     IncidentError,
     action_refused,
+    actions_refused,
     timeline_add,
 )
 
@@ -59,7 +61,9 @@ __all__ = [
     "IncidentError",
     "OUT_OF_SERVICE",
     "SYSTEM",
+    "REFUSAL_REPEAT_S",
     "action_refused",
+    "actions_refused",
     "alerts_resolve",
     "finding_record",
     "findings_record",

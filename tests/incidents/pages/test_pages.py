@@ -534,3 +534,21 @@ def test_a_viewer_may_not_bulk_acknowledge_and_each_refusal_is_audited(viewer, d
         incident.refresh_from_db()
         assert incident.status == "triggered"
         assert list(incident.timeline.values_list("kind", flat=True)) == ["refused"]
+
+
+@pytest.mark.reliability(
+    "A viewer's script retries a refused bulk acknowledge of the board's 200 incidents",
+    how="the same refused POST /incidents/acknowledge of 200 incidents sent five times, then again 10 minutes later",
+    outcome="one refusal entry per incident for the five (each 403), and one more each once REFUSAL_REPEAT_S has "
+    "passed (before: an entry per incident per request: 33,000 in 36 s)",
+)
+def test_a_repeated_refusal_is_audited_once_in_its_window(viewer, db):
+    incidents = _many_incidents("SEV2", 200)
+    ids = [incident.pk for incident in incidents]
+    for _ in range(5):
+        assert viewer.post("/incidents/acknowledge", {"ids": ids}).status_code == 403
+    assert TimelineEntry.objects.filter(kind="refused").count() == 200
+    later = timezone.now() + timedelta(seconds=services.REFUSAL_REPEAT_S + 1)
+    with time_machine.travel(later, tick=False):
+        assert viewer.post("/incidents/acknowledge", {"ids": ids}).status_code == 403
+    assert TimelineEntry.objects.filter(kind="refused").count() == 400
