@@ -11,28 +11,12 @@ from rest_framework.test import APIClient
 from incidents.models import Alert, Incident, PlaybookExecution
 from runs.domain import trust
 from runs.domain.cloudevents import parse_events
-from runs.models import ApiToken, Attempt, Event, Node
+from runs.models import Attempt, Event, Node
 from tests.conftest import make_token
+from tests.security.conftest import client_for
 from tests.stories import event
 
-BATCH = "application/cloudevents-batch+json"
 pytestmark = pytest.mark.django_db
-
-
-def client_for(**bounds) -> APIClient:
-    client = APIClient()
-    token = make_token(f"token-{ApiToken.objects.count()}", ["events:write"], **bounds)
-    client.credentials(HTTP_AUTHORIZATION="Bearer " + token)
-    return client
-
-
-@pytest.fixture
-def send(django_capture_on_commit_callbacks):
-    def post(client: APIClient, events: list[dict]):
-        with django_capture_on_commit_callbacks(execute=True):
-            return client.post("/api/v1/events", json.dumps(events), content_type=BATCH)
-
-    return post
 
 
 @pytest.fixture

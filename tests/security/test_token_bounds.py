@@ -1,40 +1,19 @@
 """A token speaks for what it is bound to (issue 15): its role, clusters, node and sources. Events outside are refused
 whole with 403 naming the bound; forged node state from the right cluster still cannot drain past the breaker."""
 
-import json
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from incidents.models import Incident, PlaybookExecution
 from runs.domain import trust
 from runs.domain.cloudevents import parse_events
-from runs.models import ApiToken, Cluster, Event, Node, Run, TokenQuota
-from tests.conftest import make_token
+from runs.models import Cluster, Event, Node, Run, TokenQuota
+from tests.security.conftest import client_for
 from tests.stories import event
 
-BATCH = "application/cloudevents-batch+json"
 pytestmark = pytest.mark.django_db
-
-
-def client_for(**bounds) -> APIClient:
-    client = APIClient()
-    token = make_token(f"token-{ApiToken.objects.count()}", ["events:write"], **bounds)
-    client.credentials(HTTP_AUTHORIZATION="Bearer " + token)
-    return client
-
-
-@pytest.fixture
-def send(django_capture_on_commit_callbacks):
-    """send(client, events): POST them as that client's token, applied on commit in-process."""
-
-    def post(client: APIClient, events: list[dict]):
-        with django_capture_on_commit_callbacks(execute=True):
-            return client.post("/api/v1/events", json.dumps(events), content_type=BATCH)
-
-    return post
 
 
 @pytest.fixture
