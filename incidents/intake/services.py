@@ -15,7 +15,7 @@ from incidents.domain.detectors import Finding
 from incidents.domain.intake import AmAlert, PdEvent, rfc3339_time
 from incidents.models import Alert, Incident
 from runs.domain import trust
-from runs.models import Node, Run
+from runs.selectors import record_clusters
 
 
 @dataclass
@@ -34,11 +34,9 @@ def out_of_bounds(
     firing = Alert.objects.filter(fingerprint__in=set(fingerprints), status="firing")
     held = {fp: (node, run) for fp, node, run in firing.values_list("fingerprint", "node__hostname", "run__name")}
     named = [subject for subject in subjects if subject] + [held[fp] for fp in fingerprints if fp in held]
-    nodes, runs = {n for n, _ in named if n}, {r for _, r in named if r}
-    node_clusters = dict(
-        Node.objects.filter(hostname__in=nodes, cluster__isnull=False).values_list("hostname", "cluster__name")
+    node_clusters, run_clusters = record_clusters(
+        hostnames={n for n, _ in named if n}, run_names={r for _, r in named if r}
     )
-    run_clusters = dict(Run.objects.filter(name__in=runs, cluster__isnull=False).values_list("name", "cluster__name"))
     found = []
     for index, (named_here, fingerprint) in enumerate(zip(subjects, fingerprints, strict=True)):
         for subject in (named_here, held.get(fingerprint)):

@@ -162,9 +162,9 @@ class Key(Text):
     max_bytes: int = 1000
 
     def __call__(self, value: Any) -> str:
-        value = super().__call__(value)
-        if len(value.encode()) > self.max_bytes:
-            raise _Invalid(f"must be at most {self.max_bytes} bytes in UTF-8, not {len(value.encode()):,}")
+        size = len(super().__call__(value).encode())
+        if size > self.max_bytes:
+            raise _Invalid(f"must be at most {self.max_bytes} bytes in UTF-8, not {size:,}")
         return value
 
 

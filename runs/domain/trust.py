@@ -114,9 +114,14 @@ def _crossed(event, bounds, node_clusters, run_clusters) -> tuple[str, str] | No
         return None
     subjects = [("data.run", f"run {run}", run_cluster)] if is_run else []
     subjects += [(field, f"node {node}", node_clusters.get(node, run_cluster)) for field, node in nodes]
+    return _outside_clusters(subjects, bounds, unknown="; name it in data.cluster")
+
+
+def _outside_clusters(subjects, bounds: Bounds, *, unknown: str) -> tuple[str, str] | None:
+    """The first of (field, name, cluster or None) whose cluster is unknown or not one of the token's clusters."""
     for field, name, cluster in subjects:
         if cluster is None:
-            return field, f"the cluster of {name} is not known; name it in data.cluster"
+            return field, f"the cluster of {name} is not known{unknown}"
         if cluster not in bounds.clusters:
             return field, f"{name} is in cluster {cluster}, which this token does not speak for"
     return None
@@ -143,11 +148,6 @@ def subjects_crossed(
         return None
     if node is None and run is None:
         return "node", "the alert names no node or run, and this token speaks only for its clusters' nodes and runs"
-    for field, name, cluster in (("node", node, node_clusters.get(node)), ("run", run, run_clusters.get(run))):
-        if name is None:
-            continue
-        if cluster is None:
-            return field, f"the cluster of {field} {name} is not known to FleetOps"
-        if cluster not in bounds.clusters:
-            return field, f"{field} {name} is in cluster {cluster}, which this token does not speak for"
-    return None
+    subjects = [(field, f"{field} {name}", clusters.get(name)) for field, name, clusters in (
+        ("node", node, node_clusters), ("run", run, run_clusters)) if name is not None]  # fmt: skip
+    return _outside_clusters(subjects, bounds, unknown=" to FleetOps")

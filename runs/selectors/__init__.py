@@ -39,6 +39,7 @@ from runs.selectors.events import (
     node_recent_events,
     node_rollups_get,
     node_xid_events,
+    record_clusters,
 )
 from runs.selectors.fleet import (
     ClusterSummary,
@@ -95,6 +96,7 @@ __all__ = [
     "advice_at_scale",
     "attempts_latest",
     "event_clusters",
+    "record_clusters",
     "events_accepted_get",
     "events_pending_count",
     "events_quarantined_count",

@@ -139,8 +139,12 @@ def event_clusters(events: list[CloudEvent]) -> tuple[dict[str, str], dict[str, 
     nodes, runs = trust.clusters_named(events)
     hostnames = {node for e in events for _field, node in trust.named_nodes(e)}
     run_names = {e.data["run"] for e in events if isinstance(e.data.get("run"), str)}
-    nodes.update(
-        Node.objects.filter(hostname__in=hostnames, cluster__isnull=False).values_list("hostname", "cluster__name")
-    )
-    runs.update(Run.objects.filter(name__in=run_names, cluster__isnull=False).values_list("name", "cluster__name"))
-    return nodes, runs
+    known_nodes, known_runs = record_clusters(hostnames=hostnames, run_names=run_names)
+    return nodes | known_nodes, runs | known_runs
+
+
+def record_clusters(*, hostnames, run_names) -> tuple[dict[str, str], dict[str, str]]:
+    """The cluster the record gives each of these nodes and runs (those it places in none left out): two queries."""
+    nodes = Node.objects.filter(hostname__in=hostnames, cluster__isnull=False).values_list("hostname", "cluster__name")
+    runs = Run.objects.filter(name__in=run_names, cluster__isnull=False).values_list("name", "cluster__name")
+    return dict(nodes), dict(runs)
