@@ -9,7 +9,7 @@ import secrets
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Q
 from django.urls import reverse
 
@@ -402,6 +402,18 @@ class ApiToken(models.Model):
     def __str__(self):
         return self.name
 
+    def save(self, *args, **kwargs):
+        """Kept with the sources it is bound to (TokenSource), which an unbound token may not send from."""
+        with transaction.atomic():
+            super().save(*args, **kwargs)
+            if "sources" not in (kwargs.get("update_fields") or ["sources"]):
+                return
+            keys = {trust.source_key(source) for source in self.sources or []}
+            owned = self.owned_sources.all()
+            if set(owned.values_list("key", flat=True)) != keys:
+                owned.delete()
+                TokenSource.objects.bulk_create(TokenSource(token=self, key=key) for key in sorted(keys))
+
     @staticmethod
     def digest_of(token: str) -> str:
         # Tokens are 256 random bits: a fast hash is enough, no key stretching needed.
@@ -423,6 +435,8 @@ class ApiToken(models.Model):
             setattr(self, name, value)
             if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
                 raise ValidationError({name: 'must be a list of names, e.g. ["a", "b"]'})
+        if any(len(source.encode()) > 1000 for source in self.sources):
+            raise ValidationError({"sources": "each must be at most 1,000 bytes, as an event's source is"})
         if self.role == trust.AGENT and not self.node:
             raise ValidationError({"node": "a node agent's token is bound to its node: name it"})
         if self.node and self.role != trust.AGENT:
@@ -432,6 +446,21 @@ class ApiToken(models.Model):
         return trust.Bounds(
             role=self.role, clusters=frozenset(self.clusters), node=self.node, sources=tuple(self.sources)
         )
+
+
+class TokenSource(models.Model):
+    """A CloudEvents source a token is bound to (ApiToken.sources), by runs.domain.trust.source_key, indexed: the
+    intake finds in one lookup whether another token owns the source an unbound token sends from, since (source, id)
+    is the dedupe key and ids are predictable (docs/EVENTS.md, "Token bounds")."""
+
+    token = models.ForeignKey(ApiToken, on_delete=models.CASCADE, related_name="owned_sources")
+    key = models.CharField(max_length=1000, db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["token", "key"], name="token_source_unique")]
+
+    def __str__(self):
+        return f"{self.token}: {self.key}"
 
 
 # For the OpenAPI schema's enum names (settings.SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]).

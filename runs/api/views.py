@@ -97,10 +97,15 @@ def events_create(request):
     # The clusters of what the events name, for a cluster-bound token and for a training job naming nodes.
     names_nodes = bounds.role == trust.TRAINER and any(trust.named_nodes(event) for event in events)
     node_clusters, run_clusters = selectors.event_clusters(events) if bounds.clusters or names_nodes else ({}, {})
-    outside = trust.out_of_bounds(events, bounds, node_clusters=node_clusters, run_clusters=run_clusters)
+    now = timezone.now()
+    owned = set()
+    if not bounds.sources:  # a bound token sends from its own sources only; an unbound one from nobody else's
+        owned = selectors.sources_owned_elsewhere(sources={e.source for e in events}, token=request.auth, now=now)
+    outside = trust.out_of_bounds(
+        events, bounds, node_clusters=node_clusters, run_clusters=run_clusters, owned_sources=owned
+    )
     if outside:
         raise EventsOutOfBounds(outside)
-    now = timezone.now()
     retry_after = quota_take(token=request.auth, count=len(events), now=now)
     if retry_after is not None:
         return over_quota(retry_after, what="events")

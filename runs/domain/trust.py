@@ -6,7 +6,7 @@ crosses. The record supplies what the events alone cannot say: the cluster a kno
 record's word wins over the event's, so a token for cluster A cannot move a node of cluster B by naming A.
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from runs.domain.cloudevents import CloudEvent, Problem
@@ -44,6 +44,18 @@ def source_allowed(source: str, allowed: Iterable[str]) -> bool:
     return any(source == bound or source.startswith(bound.rstrip("/") + "/") for bound in allowed)
 
 
+def source_key(bound: str) -> str:
+    """How a source bound is kept to be found again: without trailing slashes ("/slurm/a/" covers what "/slurm/a"
+    does)."""
+    return bound.rstrip("/")
+
+
+def source_keys(source: str) -> set[str]:
+    """The keys (source_key) of every bound that covers `source`: the source itself and each part of it that ends
+    before a slash. One indexed lookup of these finds who owns a source, however many tokens there are."""
+    return {source} | {source[:i] for i, char in enumerate(source) if char == "/"}
+
+
 def clusters_named(events: Iterable[CloudEvent]) -> tuple[dict[str, str], dict[str, str]]:
     """The cluster each node and run is given in the events themselves (data.cluster), first mention kept."""
     nodes: dict[str, str] = {}
@@ -65,15 +77,19 @@ def out_of_bounds(
     *,
     node_clusters: Mapping[str, str],
     run_clusters: Mapping[str, str],
+    owned_sources: Collection[str] = (),
 ) -> list[Problem]:
     """Every event of the batch outside `bounds`, one problem each: the first bound it crosses.
 
     node_clusters and run_clusters: the cluster of each node and run the events name, from the record where it
     knows them, else from the events (clusters_named); a name missing from both has no known cluster.
+    owned_sources: the events' sources that another token is bound to. A token bound to no source may not use them:
+    (source, id) is the dedupe key, so an event posted first under another sender's source and predictable id would
+    make the rightful event a duplicate that never arrives.
     """
     problems = []
     for index, event in enumerate(events):
-        reason = _crossed(event, bounds, node_clusters, run_clusters)
+        reason = _crossed(event, bounds, node_clusters, run_clusters, owned_sources)
         if reason is not None:
             problems.append(Problem(index, reason[0], f"{reason[1]} (this token: {bounds.describe()})"))
     return problems
@@ -88,9 +104,11 @@ def named_nodes(event: CloudEvent) -> list[tuple[str, str]]:
     return named
 
 
-def _crossed(event, bounds, node_clusters, run_clusters) -> tuple[str, str] | None:
+def _crossed(event, bounds, node_clusters, run_clusters, owned_sources) -> tuple[str, str] | None:
     if bounds.sources and not source_allowed(event.source, bounds.sources):
         return "source", f"this token may not send from source {event.source!r}"
+    if not bounds.sources and event.source in owned_sources:
+        return "source", f"source {event.source!r} belongs to another token: only a token bound to it sends from it"
     if not event.type.startswith(ROLE_TYPES[bounds.role]):
         return "type", f"a token of role {bounds.role} may not send {event.type}"
     run, nodes = event.data.get("run"), named_nodes(event)

@@ -40,6 +40,7 @@ from runs.selectors.events import (
     node_rollups_get,
     node_xid_events,
     record_clusters,
+    sources_owned_elsewhere,
 )
 from runs.selectors.fleet import (
     ClusterSummary,
@@ -97,6 +98,7 @@ __all__ = [
     "attempts_latest",
     "event_clusters",
     "record_clusters",
+    "sources_owned_elsewhere",
     "events_accepted_get",
     "events_pending_count",
     "events_quarantined_count",

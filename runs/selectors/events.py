@@ -8,7 +8,7 @@ from django.db.models import Count, Max, Min, Q, Sum
 
 from runs.domain import trust
 from runs.domain.cloudevents import CloudEvent
-from runs.models import Event, EventRollup, Node, Run
+from runs.models import ApiToken, Event, EventRollup, Node, Run, TokenSource
 
 
 def node_xid_events(*, node: Node, limit: int = 5000) -> list[tuple[datetime, dict]]:
@@ -148,3 +148,12 @@ def record_clusters(*, hostnames, run_names) -> tuple[dict[str, str], dict[str, 
     nodes = Node.objects.filter(hostname__in=hostnames, cluster__isnull=False).values_list("hostname", "cluster__name")
     runs = Run.objects.filter(name__in=run_names, cluster__isnull=False).values_list("name", "cluster__name")
     return dict(nodes), dict(runs)
+
+
+def sources_owned_elsewhere(*, sources: set[str], token: ApiToken, now) -> set[str]:
+    """Those of `sources` that a live token other than `token` is bound to (one indexed query over TokenSource)."""
+    keys = {key for source in sources for key in trust.source_keys(source)}
+    owners = TokenSource.objects.filter(key__in=keys, token__revoked_at__isnull=True).exclude(token=token)
+    owners = owners.filter(Q(token__expires_at__isnull=True) | Q(token__expires_at__gt=now))
+    owned_keys = set(owners.values_list("key", flat=True))
+    return {source for source in sources if trust.source_keys(source) & owned_keys}

@@ -39,7 +39,7 @@ def test_create_api_token_refuses_unknown_scopes_and_repeated_names(db):
 def test_create_api_token_binds_the_token_and_says_to_what(db):
     assert ApiToken.objects.count() == 0
     run("create_api_token", "job", "--scopes", "events:write")
-    assert ApiToken.objects.get(name="job").bounds().describe() == "role trainer"  # the least a sender needs
+    assert ApiToken.objects.get(name="job").bounds().describe() == "role trainer; source fleetops-client:"
     err = StringIO()
     call_command(
         "create_api_token", "ctl", "--role", "scheduler", "--clusters", "a, b", "--sources", "slurm://a",

@@ -28,7 +28,7 @@ def create(*args) -> str:
 def post_event(token: str, id_: str):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    body = [event("node.heartbeat", NOW, id_, node="n1")]
+    body = [event("node.heartbeat", NOW, id_, source="fleetops-agent://default/n1", node="n1")]
     return client.post("/api/v1/events", json.dumps(body), content_type=BATCH)
 
 

@@ -42,7 +42,11 @@ class Command(BaseCommand):
         parser.add_argument("--clusters", default="", help="Comma-separated cluster names (default: every cluster).")
         parser.add_argument("--node", default="", help="A node agent's own node (required with --role agent).")
         parser.add_argument(
-            "--sources", default="", help="Comma-separated CloudEvents sources it may use (default: any)."
+            "--sources",
+            default=None,
+            help="Comma-separated CloudEvents sources it may use, each with what lies under it; '' for any. Default: "
+            "what the shipped sender of its role uses (an agent fleetops-agent://CLUSTER/NODE, a scheduler "
+            "slurm/CLUSTER for each of its clusters, a trainer fleetops-client:), which no other token may then use.",
         )
         lifetime = parser.add_mutually_exclusive_group()
         lifetime.add_argument(
@@ -62,7 +66,7 @@ class Command(BaseCommand):
         if ApiToken.objects.filter(name=name).exists():
             raise CommandError(f"A token named {name!r} exists already.")
         row = ApiToken(name=name, scopes=wanted, role=role, clusters=_names(clusters), node=node.strip())
-        row.sources = _names(sources)
+        row.sources = default_sources(row) if sources is None else _names(sources)
         try:
             row.clean()
         except ValidationError as exc:
@@ -77,3 +81,14 @@ class Command(BaseCommand):
 
 def _names(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def default_sources(row: ApiToken) -> list[str]:
+    """The sources the shipped sender of the token's role posts from (docs/EVENTS.md, "Token bounds"): the node agent
+    fleetops-agent://CLUSTER/NODE ("default" without --cluster), the Slurm hooks slurm/CLUSTER, the training client
+    fleetops-client://RUN/rank-N. A scheduler bound to no cluster gets none: it may be any scheduler."""
+    if row.role == trust.AGENT:
+        return [f"fleetops-agent://{cluster}/{row.node}" for cluster in row.clusters or ["default"]]
+    if row.role == trust.SCHEDULER:
+        return [f"slurm/{cluster}" for cluster in row.clusters]
+    return ["fleetops-client:"]
