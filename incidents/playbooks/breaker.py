@@ -4,8 +4,9 @@
 What counts as out of service is not the reported state alone, which a scheduler's or agent's token could rewrite:
 it is the union of three views. The record's reported states; the nodes FleetOps drained and has not returned
 through the gate since (their return-to-service playbook succeeded), whatever is reported; and the scheduler's own
-view, read from the cluster at the moment of the drain (ClusterAdapter.out_of_service), which no event can rewrite.
-The drains FleetOps made in the last hour are counted apart, whatever the nodes' state says now.
+view, read from the cluster at the moment of the drain (ClusterAdapter.census), which no event can rewrite. The
+fleet the share is taken of is the scheduler's own node list from the same read, not the record's node rows, which
+events add to. The drains FleetOps made in the last hour are counted apart, whatever the nodes' state says now.
 """
 
 from datetime import timedelta
@@ -73,10 +74,14 @@ def check(*, execution, cluster, adapter: ClusterAdapter, step=None) -> None:
         reported = set(
             Node.objects.filter(cluster=cluster, state__in=OUT_OF_SERVICE).values_list("hostname", flat=True)
         )
-        out = reported | drained_by_fleetops(cluster=cluster) | adapter.out_of_service() | admitted
+        census = adapter.census()
+        # The fleet is the scheduler's node list, never the record's rows, which any run event naming a new host
+        # adds to; of what the record says is out, only the scheduler's nodes count (a name it does not know is no
+        # node of this cluster, and would only stop the drains it makes up the count for).
+        out = ((reported | drained_by_fleetops(cluster=cluster) | admitted) & census.nodes) | census.out
         if execution.node.hostname in out:
             return
-        fleet = Node.objects.filter(cluster=cluster).exclude(state="retired").count()
+        fleet = len(census.nodes)
         drains = StepExecution.objects.filter(
             name=DRAIN_STEP,
             status=StepExecution.Status.SUCCEEDED,

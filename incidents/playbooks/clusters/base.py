@@ -106,6 +106,16 @@ class Outcome:
     job: JobStatus | None = None
 
 
+@dataclass(frozen=True)
+class Census:
+    """The scheduler's own node list in one read: every node it knows, and those it holds out of work (drained,
+    cordoned, in the repair pool). The circuit breaker's fleet and its count of what is out, which no event sent to
+    FleetOps can add to or rewrite."""
+
+    nodes: frozenset[str]
+    out: frozenset[str]
+
+
 class ClusterAdapter(ABC):
     """The operations a playbook needs. Names are the scheduler's: hostnames, job ids."""
 
@@ -113,11 +123,12 @@ class ClusterAdapter(ABC):
     def node_status(self, name: str) -> NodeStatus: ...
 
     @abstractmethod
-    def out_of_service(self) -> set[str]:
-        """The nodes the scheduler itself holds out of work (drained, cordoned, in the repair pool), in one read.
+    def census(self) -> Census:
+        """The scheduler's nodes and those it holds out of work, in one read (the circuit breaker's fleet)."""
 
-        The circuit breaker counts them beside what FleetOps drained: the scheduler's own view, which no event
-        sent to FleetOps can rewrite."""
+    def out_of_service(self) -> set[str]:
+        """The nodes the scheduler itself holds out of work (drained, cordoned, in the repair pool)."""
+        return set(self.census().out)
 
     @abstractmethod
     def ensure_drained(self, name: str, reason: str) -> Outcome:

@@ -40,6 +40,7 @@ from kubernetes.config.config_exception import ConfigException
 from incidents.playbooks.clusters.base import (
     DEFAULT_HEALTH_CHECKS,
     OUT_OF_SERVICE,
+    Census,
     ClusterAdapter,
     ClusterError,
     HealthCheck,
@@ -147,9 +148,12 @@ class KubernetesAdapter(ClusterAdapter):
         node = self._call(self.core.read_node, name)
         return self._status(node, self._pods_on(name))
 
-    def out_of_service(self) -> set[str]:
+    def census(self) -> Census:
         nodes = self._call(self.core.list_node).items
-        return {node.metadata.name for node in nodes if self._status(node, []).state in OUT_OF_SERVICE}
+        return Census(
+            nodes=frozenset(node.metadata.name for node in nodes),
+            out=frozenset(node.metadata.name for node in nodes if self._status(node, []).state in OUT_OF_SERVICE),
+        )
 
     def list_spares(self) -> list[NodeStatus]:
         nodes = self._call(self.core.list_node, label_selector=f"{POOL_LABEL}=spare").items

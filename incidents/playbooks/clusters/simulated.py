@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from incidents.playbooks.clusters.base import (
     OUT_OF_SERVICE,
+    Census,
     ClusterAdapter,
     HealthCheck,
     JobStatus,
@@ -74,8 +75,12 @@ class SimulatedAdapter(ClusterAdapter):
             pool=pool_of(node.state),
         )
 
-    def out_of_service(self) -> set[str]:
-        return set(self._nodes().filter(state__in=OUT_OF_SERVICE).values_list("hostname", flat=True))
+    def census(self) -> Census:
+        """The simulated cluster's scheduler is the record itself: its nodes that are not retired."""
+        rows = self._nodes().exclude(state="retired").values_list("hostname", "state")
+        return Census(
+            nodes=frozenset(name for name, _ in rows), out=frozenset(n for n, state in rows if state in OUT_OF_SERVICE)
+        )
 
     def list_spares(self) -> list[NodeStatus]:
         names = self._nodes().filter(state="hot_spare").values_list("hostname", flat=True)

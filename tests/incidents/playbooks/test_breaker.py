@@ -10,7 +10,7 @@ from django.utils import timezone
 from incidents.domain.playbooks import breaker_reason
 from incidents.models import PlaybookExecution, StepExecution
 from incidents.playbooks import breaker
-from incidents.playbooks.clusters.base import RefusedError
+from incidents.playbooks.clusters.base import Census, RefusedError
 from incidents.playbooks.clusters.simulated import SimulatedAdapter
 from runs.models import Cluster, Node
 
@@ -52,8 +52,9 @@ class SchedulerSays(SimulatedAdapter):
         super().__init__(cluster)
         self.held = set(held)
 
-    def out_of_service(self) -> set[str]:
-        return super().out_of_service() | self.held
+    def census(self) -> Census:
+        census = super().census()
+        return Census(nodes=census.nodes, out=census.out | self.held)
 
 
 def _drain(cluster, hostname: str, held=()) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from incidents.playbooks.clusters.base import (
     DEFAULT_HEALTH_CHECKS,
     OUT_OF_SERVICE,
+    Census,
     ClusterAdapter,
     HealthCheck,
     JobStatus,
@@ -70,12 +71,16 @@ class SlurmAdapter(ClusterAdapter):
         node = self._node(name)
         return self._status(node, self._jobs())
 
-    def out_of_service(self) -> set[str]:
-        return {
-            node.name
-            for node in self._nodes()
-            if node_state(node.base, node.flags, running_jobs=False, pool=self._pool(node)) in OUT_OF_SERVICE
-        }
+    def census(self) -> Census:
+        nodes = self._nodes()
+        return Census(
+            nodes=frozenset(node.name for node in nodes),
+            out=frozenset(
+                node.name
+                for node in nodes
+                if node_state(node.base, node.flags, running_jobs=False, pool=self._pool(node)) in OUT_OF_SERVICE
+            ),
+        )
 
     def list_spares(self) -> list[NodeStatus]:
         spare = self.config.partitions["spare"]

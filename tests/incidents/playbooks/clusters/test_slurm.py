@@ -324,3 +324,52 @@ def test_the_breaker_counts_what_slurm_itself_holds_out(slurm, slurm_cluster, db
             breaker.check(execution=execution, cluster=cluster, adapter=slurm)
     finally:
         back_in_service(slurm, "gpu-003")
+
+
+@pytest.mark.reliability(
+    "A run.started listing 400 invented hostnames, to grow the fleet the breaker takes its share of",
+    how="the real Slurm cluster (6 nodes), a scheduler token of its cluster starts a run on gpu-001 and 400 made-up "
+    "hosts through the intake; gpu-003 drained in Slurm; the breaker capped at 20%; a drain of gpu-004 asked for",
+    outcome="refused, '1 of 6 nodes already out of service': the fleet is sinfo's node list, the invented rows count "
+    "nowhere (before: 1 of 406, and the drain passed)",
+)
+def test_the_breaker_takes_its_share_of_what_slurm_lists(
+    slurm, slurm_cluster, db, settings, django_capture_on_commit_callbacks
+):
+    import json
+    from types import SimpleNamespace
+
+    from django.utils import timezone
+
+    from incidents.playbooks import breaker
+    from runs.models import Cluster, Node
+    from tests.security.conftest import client_for
+    from tests.stories import event
+
+    cluster = Cluster.objects.create(name="loopback")
+    Node.objects.bulk_create([Node(hostname=f"gpu-00{i}", cluster=cluster) for i in range(1, 7)])
+    invented = [f"made-up-{i:03d}" for i in range(400)]
+    start = event(
+        "run.started",
+        timezone.now(),
+        "s1",
+        run="r1",
+        job_id="9",
+        cluster="loopback",
+        gpus=8,
+        nodes=["gpu-001", *invented],
+    )
+    client = client_for(role="scheduler", clusters=["loopback"])
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post("/api/v1/events", json.dumps([start]), content_type="application/json")
+    assert response.status_code == 202, response.content
+    assert Node.objects.filter(cluster=cluster).count() == 406  # what the record holds: every name it was given
+    settings.PLAYBOOK_MAX_OUT_NODES, settings.PLAYBOOK_MAX_OUT_SHARE = 100, 0.2
+    execution = SimpleNamespace(node=Node.objects.get(hostname="gpu-004"), incident_id=None)
+    slurm_cluster.run("scontrol", "update", "nodename=gpu-003", "state=drain", "reason=by hand")
+    try:
+        with pytest.raises(RefusedError, match=r"1 of 6 nodes already out of service \(at most 20%\)"):
+            breaker.check(execution=execution, cluster=cluster, adapter=slurm)
+    finally:
+        back_in_service(slurm, "gpu-003")
+    breaker.check(execution=execution, cluster=cluster, adapter=slurm)  # none out: 1 of 6 may go
