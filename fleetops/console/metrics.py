@@ -27,14 +27,18 @@ from incidents import selectors as incident_selectors
 from incidents.models import Delivery, Incident, PlaybookExecution
 from runs import selectors
 from runs.api.auth import BearerTokenAuthentication
-from runs.domain.goodput import STAGES
+from runs.domain.goodput import STAGES, Breakdown
 from runs.models import ApiToken, Run
 
 WINDOW = timedelta(hours=24)
 WINDOW_LABEL = "24h"
+IN_WINDOW = f"over the last {WINDOW_LABEL} (window label)"
 TEXT_KEY = "metrics:text"
 GOODPUT_KEY = "metrics:goodput"
 EVENTS_KEY = "metrics:events-accepted"
+# The runs beyond METRICS_MAX_RUNS, together: no run has this name (a run's name starts with a letter or digit,
+# runs.domain.cloudevents), so it never adds a real run's figures to theirs.
+FOLDED = "(other)"
 
 
 @require_GET
@@ -74,7 +78,8 @@ class _Collector:
 
     def collect(self):
         figures = _goodput(self.now)
-        yield from _goodput_families(figures)
+        yield from _run_families(figures)
+        yield from _fleet_families(figures)
         yield from _incident_families(self.now)
         yield from _event_families(self.now)
         yield from _queue_families()
@@ -97,19 +102,19 @@ class _Collector:
 class _RunFigures:
     name: str
     cluster: str
-    goodput: float
-    stages_s: dict[str, float]
+    own: Breakdown  # in the run's own seconds: the run page's figures
+    gpu: Breakdown  # in GPU-seconds: what adds up to the fleet's
     mtbf_s: float | None  # runs not ended only
 
 
 @dataclass(frozen=True)
 class _Goodput:
     computed_at: datetime
-    fleet_goodput: float | None  # None: no GPU-time in the window
-    fleet_gpu_s: float
-    fleet_stages_gpu_s: dict[str, float]
+    fleet: Breakdown  # GPU-seconds
     failures_per_gpu_hour: float | None
-    runs: list[_RunFigures]
+    runs: list[_RunFigures]  # the runs shown, at most METRICS_MAX_RUNS
+    folded: Breakdown  # the other runs together, GPU-seconds
+    folded_count: int
 
 
 def _goodput(now: datetime) -> _Goodput:
@@ -120,79 +125,130 @@ def _goodput(now: datetime) -> _Goodput:
     return figures
 
 
+def _runs_shown(by_run: list[tuple[Run, Breakdown]], *, limit: int) -> tuple[list, list]:
+    """(shown, folded): the `limit` runs an on-call needs by name, and the rest, of the runs with time in the window.
+
+    Live runs first (their MTBF, their goodput now, the runs someone can still act on), then by GPU-seconds in the
+    window: a run's weight in every fleet figure, so the shown runs hold the most of the fleet's goodput and the
+    folded the least; it grows steadily for a live run, so the choice does not flap between scrapes the way a rank by
+    badput would (a series that comes and goes breaks a Grafana line), and a flood of runs on few GPUs ranks last.
+    Ties by name, for the same choice on every web worker.
+    """
+    timed = [(run, breakdown) for run, breakdown in by_run if breakdown.wall_clock_s > 0]
+    timed.sort(key=lambda pair: (pair[0].ended_at is not None, -pair[1].wall_clock_s * pair[0].gpu_count, pair[0].name))
+    return timed[:limit], timed[limit:]
+
+
 def _goodput_compute(now: datetime) -> _Goodput:
     report = selectors.fleet_goodput_get(since=now - WINDOW, until=now, now=now)
     rate = selectors.fleet_failure_rate_get(now=now)
-    clusters = dict(Run.objects.filter(pk__in=[run.pk for run, _ in report.by_run]).values_list("pk", "cluster__name"))
+    shown, folded = _runs_shown(report.by_run, limit=settings.METRICS_MAX_RUNS)
+    clusters = dict(Run.objects.filter(pk__in=[run.pk for run, _ in shown]).values_list("pk", "cluster__name"))
     runs = [
         _RunFigures(
             name=run.name,
             cluster=clusters.get(run.pk) or "",
-            goodput=breakdown.goodput,
-            stages_s=breakdown.stages_s,
+            own=breakdown,
+            gpu=breakdown.weighted(run.gpu_count),
             mtbf_s=selectors.run_mtbf_s(run=run, rate=rate) if run.ended_at is None else None,
         )
-        for run, breakdown in report.by_run
-        if breakdown.wall_clock_s > 0
+        for run, breakdown in shown
     ]
-    total = report.total
     return _Goodput(
         computed_at=now,
-        fleet_goodput=total.goodput if total.wall_clock_s > 0 else None,
-        fleet_gpu_s=total.wall_clock_s,
-        fleet_stages_gpu_s=total.stages_s,
+        fleet=report.total,
         failures_per_gpu_hour=rate.rate if rate is not None else None,
         runs=runs,
+        folded=sum((breakdown.weighted(run.gpu_count) for run, breakdown in folded), Breakdown()),
+        folded_count=len(folded),
     )
 
 
-def _goodput_families(figures: "_Goodput") -> list[Metric]:
-    window = f"over the last {WINDOW_LABEL} (window label)"
+def _run_families(figures: "_Goodput") -> list[Metric]:
+    window = IN_WINDOW
+    shown = f"at most METRICS_MAX_RUNS ({settings.METRICS_MAX_RUNS}) runs, live ones first, then by GPU-seconds"
+    folded = f'the runs beyond them together as run="{FOLDED}"'
     run_goodput = GaugeMetricFamily(
         "fleetops_run_goodput_ratio",
-        f"Each run's goodput {window}: productive time / wall-clock time, the run page's figure.",
+        f"Each run's goodput {window}: productive time / wall-clock time, the run page's figure; {shown}, and "
+        f"{folded}, GPU-hour weighted.",
         labels=["run", "cluster", "window"],
     )
     run_badput = GaugeMetricFamily(
         "fleetops_run_badput_seconds",
-        f"Each run's wall-clock seconds lost {window}, by stage (the goodput engine's stages).",
+        f"Each run's wall-clock seconds lost {window}, by stage (the goodput engine's stages); {shown}. The others "
+        f'are in fleetops_run_badput_gpu_seconds{{run="{FOLDED}"}}.',
+        labels=["run", "cluster", "stage", "window"],
+    )
+    run_gpu = GaugeMetricFamily(
+        "fleetops_run_gpu_seconds",
+        f"Each run's GPU-seconds {window}; {shown}, and {folded}: they add up to fleetops_fleet_gpu_seconds.",
+        labels=["run", "cluster", "window"],
+    )
+    run_badput_gpu = GaugeMetricFamily(
+        "fleetops_run_badput_gpu_seconds",
+        f"Each run's GPU-seconds lost {window}, by stage; {shown}, and {folded}: they add up to "
+        "fleetops_fleet_badput_gpu_seconds.",
         labels=["run", "cluster", "stage", "window"],
     )
     mtbf = GaugeMetricFamily(
         "fleetops_job_mtbf_seconds",
         "Each live run's job MTBF M: the fleet's failures per GPU-hour over its whole record, scaled to the run's "
-        "GPUs (the advisor's M).",
+        f"GPUs (the advisor's M); {shown}.",
         labels=["run", "cluster"],
     )
     for run in figures.runs:
-        run_goodput.add_metric([run.name, run.cluster, WINDOW_LABEL], run.goodput)
-        for stage, seconds in run.stages_s.items():
-            run_badput.add_metric([run.name, run.cluster, stage, WINDOW_LABEL], seconds)
+        run_goodput.add_metric([run.name, run.cluster, WINDOW_LABEL], run.own.goodput)
+        run_gpu.add_metric([run.name, run.cluster, WINDOW_LABEL], run.gpu.wall_clock_s)
+        for stage in STAGES:
+            run_badput.add_metric([run.name, run.cluster, stage, WINDOW_LABEL], run.own.stages_s[stage])
+            run_badput_gpu.add_metric([run.name, run.cluster, stage, WINDOW_LABEL], run.gpu.stages_s[stage])
         if run.mtbf_s is not None:
             mtbf.add_metric([run.name, run.cluster], run.mtbf_s)
+    # The folded runs' own seconds would add an hour of a 1-GPU run to an hour of a 16,384-GPU one, a figure FleetOps
+    # shows nowhere, and a job MTBF is one job's: they have no FOLDED series. Their goodput is a ratio of sums (their
+    # productive GPU-seconds over their GPU-seconds), never a mean of ratios; absent where they hold no GPU-time.
+    if figures.folded_count:
+        run_gpu.add_metric([FOLDED, "", WINDOW_LABEL], figures.folded.wall_clock_s)
+        for stage in STAGES:
+            run_badput_gpu.add_metric([FOLDED, "", stage, WINDOW_LABEL], figures.folded.stages_s[stage])
+        if figures.folded.wall_clock_s > 0:
+            run_goodput.add_metric([FOLDED, "", WINDOW_LABEL], figures.folded.goodput)
+    runs_folded = GaugeMetricFamily(
+        "fleetops_runs_folded",
+        f"Runs with time {window} beyond METRICS_MAX_RUNS ({settings.METRICS_MAX_RUNS}), shown together as "
+        f'run="{FOLDED}".',
+        labels=["window"],
+    )
+    runs_folded.add_metric([WINDOW_LABEL], figures.folded_count)
+    return [run_goodput, run_badput, run_gpu, run_badput_gpu, mtbf, runs_folded]
+
+
+def _fleet_families(figures: "_Goodput") -> list[Metric]:
+    window = IN_WINDOW
     fleet_goodput = GaugeMetricFamily(
         "fleetops_fleet_goodput_ratio",
         f"The fleet's goodput {window}, GPU-hour weighted: the overview's figure. Absent with no GPU-time.",
         labels=["window"],
     )
-    if figures.fleet_goodput is not None:
-        fleet_goodput.add_metric([WINDOW_LABEL], figures.fleet_goodput)
+    if figures.fleet.wall_clock_s > 0:
+        fleet_goodput.add_metric([WINDOW_LABEL], figures.fleet.goodput)
     fleet_gpu = GaugeMetricFamily(
         "fleetops_fleet_gpu_seconds", f"GPU-seconds of every run {window}.", labels=["window"]
     )
-    fleet_gpu.add_metric([WINDOW_LABEL], figures.fleet_gpu_s)
+    fleet_gpu.add_metric([WINDOW_LABEL], figures.fleet.wall_clock_s)
     fleet_badput = GaugeMetricFamily(
         "fleetops_fleet_badput_gpu_seconds", f"GPU-seconds lost {window}, by stage.", labels=["stage", "window"]
     )
     for stage in STAGES:
-        fleet_badput.add_metric([stage, WINDOW_LABEL], figures.fleet_stages_gpu_s[stage])
+        fleet_badput.add_metric([stage, WINDOW_LABEL], figures.fleet.stages_s[stage])
     rate = GaugeMetricFamily(
         "fleetops_fleet_failures_per_gpu_hour",
         "Unexpected interruptions per GPU-hour over the whole record: the rate every job MTBF is scaled from.",
     )
     if figures.failures_per_gpu_hour is not None:
         rate.add_metric([], figures.failures_per_gpu_hour)
-    return [run_goodput, run_badput, mtbf, fleet_goodput, fleet_gpu, fleet_badput, rate]
+    return [fleet_goodput, fleet_gpu, fleet_badput, rate]
 
 
 # --- Incidents and what they burn -----------------------------------------------------------------------------------

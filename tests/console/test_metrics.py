@@ -17,7 +17,7 @@ from incidents import selectors as incident_selectors
 from incidents.models import Incident, PlaybookExecution
 from runs.models import Event, EventRollup
 from tests.conftest import make_token
-from tests.stories import at, failure_and_restart, story_until_failure
+from tests.stories import at, event, failure_and_restart, story_until_failure, ts
 
 
 def scrape(token: str) -> dict[tuple[str, tuple], float]:
@@ -220,3 +220,93 @@ def test_the_window_and_the_age_of_each_part_are_in_the_answer(live_run, token, 
     assert all(
         dict(labels).get("window") == "24h" for (name, labels) in samples if "goodput" in name or "badput" in name
     )
+
+
+def runs_of_two_kinds(*, live: bool, ended: range) -> list[dict]:
+    """Four live runs of 8 to 32 GPUs (if `live`), one of them failed and restarted, and the `ended` runs of 128 GPUs,
+    each failed once and completed by +60 min: more GPU-seconds than any live one, but over."""
+    events = []
+
+    def add(type_, when, run, **data):
+        events.append(event(type_, when, f"{run}-{len(events)}", run=run, **data))
+
+    def start(when, run, gpus, cluster):
+        nodes = [f"{run}-n{k}" for k in range(gpus // 8)]
+        add("run.started", when, run, cluster=cluster, gpus=gpus, nodes=nodes, job_id=f"{run}-{len(events)}")
+
+    for n in range(1, 5) if live else ():
+        start(at(0), f"live-{n}", 8 * n, "c1")
+    if live:
+        add("run.failed", at(20), "live-3", reason="NCCL timeout", detected_at=ts(at(22)))
+        start(at(30), "live-3", 24, "c1")
+    for n in ended:
+        start(at(0), f"done-{n}", 128, f"c{2 + n % 2}")
+        add("run.failed", at(10 + n % 7), f"done-{n}", reason="NCCL timeout", detected_at=ts(at(14 + n % 7)))
+        start(at(25), f"done-{n}", 128, f"c{2 + n % 2}")
+        add("run.completed", at(60), f"done-{n}")
+    return events
+
+
+OTHER = "(other)"  # the runs beyond METRICS_MAX_RUNS: no run's name (dashboards filter on it)
+
+
+def per_run(samples: dict, name: str) -> dict[tuple, float]:
+    return {labels: value for (sample, labels), value in samples.items() if sample == name}
+
+
+@pytest.mark.reliability(
+    "A trainer's token starts runs by the thousand, and each would be a series per stage on /metrics",
+    how="METRICS_MAX_RUNS=3; 12 runs through POST /api/v1/events (4 live, 8 ended and larger), scraped, then 24 more "
+    "ended runs and a scrape again",
+    outcome='the 3 live runs with the most GPU-seconds shown by name, the others one run="(other)" series (the sum of '
+    "theirs, goodput a ratio of sums) and fleetops_runs_folded 9 then 33; the answer the same number of lines both "
+    "times; the runs' GPU-seconds add up to the fleet's (before: a series per run and stage, 90,593 lines at 10,000 "
+    "runs)",
+)
+def test_per_run_series_are_bounded_and_the_folded_runs_add_up_to_the_fleet(post, token, reader, settings):
+    settings.METRICS_EVENTS_SETTLE_S, settings.METRICS_MAX_RUNS = 0.0, 3
+    window = {"since": ts(at(120) - metrics.WINDOW), "until": ts(at(120))}
+    with time_machine.travel(at(120), tick=False):
+        post(runs_of_two_kinds(live=True, ended=range(1, 9)))
+        samples = fresh_scrape(token)
+        lines = Client().get("/metrics", headers={"Authorization": f"Bearer {token}"}).content.count(b"\n")
+        fleet = reader.get("/api/v1/fleet/goodput", window).json()
+    shown = {dict(labels)["run"] for labels in per_run(samples, "fleetops_run_goodput_ratio")}
+    assert shown == {"live-4", "live-3", "live-2", OTHER}, "live first, then by GPU-seconds"
+    assert {dict(labels)["run"] for labels in per_run(samples, "fleetops_run_gpu_seconds")} == shown
+    assert samples[("fleetops_runs_folded", (("window", "24h"),))] == 9
+    folded = [run for run in fleet["runs"] if run["run"] not in shown]
+    assert len(folded) == 9
+    other = (("cluster", ""), ("run", OTHER), ("window", "24h"))
+    gpu_s = sum(run["wall_clock_s"] * run["gpus"] for run in folded)
+    assert samples[("fleetops_run_gpu_seconds", other)] == pytest.approx(gpu_s, rel=1e-9)
+    productive = sum(run["productive_s"] * run["gpus"] for run in folded)
+    assert samples[("fleetops_run_goodput_ratio", other)] == pytest.approx(productive / gpu_s, rel=1e-9)
+    assert 0 < productive / gpu_s < 1
+    runs_gpu_s = per_run(samples, "fleetops_run_gpu_seconds").values()
+    assert sum(runs_gpu_s) == pytest.approx(samples[("fleetops_fleet_gpu_seconds", (("window", "24h"),))], rel=1e-9)
+    assert sum(runs_gpu_s) == pytest.approx(fleet["wall_clock_s"], rel=1e-9)
+    for stage, fleet_s in fleet["badput"].items():
+        stage = stage.removesuffix("_s")
+        key = tuple(sorted((*other, ("stage", stage))))
+        assert samples[("fleetops_run_badput_gpu_seconds", key)] == pytest.approx(
+            sum(run["badput"][f"{stage}_s"] * run["gpus"] for run in folded), rel=1e-9, abs=1e-6
+        ), stage
+        by_run = [
+            v for labels, v in per_run(samples, "fleetops_run_badput_gpu_seconds").items() if ("stage", stage) in labels
+        ]
+        assert sum(by_run) == pytest.approx(fleet_s, rel=1e-9, abs=1e-6), stage
+        assert fleet_s == pytest.approx(
+            samples[("fleetops_fleet_badput_gpu_seconds", (("stage", stage), ("window", "24h")))]
+        )
+    assert sum(run["badput"]["detection_s"] for run in folded) > 0, "the folded runs lost time"
+    mtbf = {dict(labels)["run"] for labels in per_run(samples, "fleetops_job_mtbf_seconds")}
+    assert mtbf == {"live-4", "live-3", "live-2"}, "a job MTBF is one job's: none for the folded"
+
+    with time_machine.travel(at(120), tick=False):
+        post(runs_of_two_kinds(live=False, ended=range(9, 33)))
+        samples = fresh_scrape(token)
+        again = Client().get("/metrics", headers={"Authorization": f"Bearer {token}"}).content.count(b"\n")
+    assert samples[("fleetops_runs_folded", (("window", "24h"),))] == 33
+    assert {dict(labels)["run"] for labels in per_run(samples, "fleetops_run_badput_gpu_seconds")} == shown
+    assert again == lines, "36 runs, the same answer's length as 12"

@@ -95,6 +95,9 @@ def test_a_real_prometheus_scrapes_the_figures_and_evaluates_every_panel(
     api = reader.get("/api/v1/runs/r1/goodput", window).json()
     assert [(s["metric"]["run"], s["metric"]["window"]) for s in stored] == [("r1", "24h")]
     assert float(stored[0]["value"][1]) == pytest.approx(api["goodput"], rel=1e-9)
+    (runs,) = query(prometheus.url, 'sum(fleetops_run_badput_gpu_seconds{window="24h"})')
+    (fleet,) = query(prometheus.url, 'sum(fleetops_fleet_badput_gpu_seconds{window="24h"})')
+    assert float(runs["value"][1]) == pytest.approx(float(fleet["value"][1]), rel=1e-9), "the runs add up to the fleet"
     (idle,) = query(prometheus.url, "fleetops_gpus_idle")
     assert float(idle["value"][1]) >= 0
 
