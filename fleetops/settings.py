@@ -167,6 +167,12 @@ EVENTS_QUOTA_PER_WINDOW = env.int("EVENTS_QUOTA_PER_WINDOW", default=100_000)
 EVENTS_QUOTA_WINDOW_S = env.float("EVENTS_QUOTA_WINDOW_S", default=10.0)
 if EVENTS_QUOTA_PER_WINDOW and EVENTS_QUOTA_PER_WINDOW < EVENTS_MAX_BATCH:
     raise ImproperlyConfigured("EVENTS_QUOTA_PER_WINDOW must be 0 (no limit) or at least EVENTS_MAX_BATCH")
+# And the bytes a token may send per window (its requests' bodies: what it asks FleetOps to store; a token's
+# quota_bytes overrides it), or its events would be bounded but not their size. 50 MiB per 10 s is ten of the largest
+# bodies (a scheduler's biggest batch), the event quota's 100,000 events at 500 bytes each, and 13 times a 1,024-rank
+# job's clients at their busiest (a gradient norm a rank a second, steps of 0.1 s, and a step time every 10 s: 11
+# events of ~340 bytes a rank, 3.8 MB per 10 s). 0: no limit.
+EVENTS_QUOTA_BYTES_PER_WINDOW = env.int("EVENTS_QUOTA_BYTES_PER_WINDOW", default=50 * 1024 * 1024)
 # Clock skew: an event dated this far after its receipt is kept at its receipt time and flagged (Event.skew_s);
 # one dated this far before it is kept as sent (a late delivery, or a slow clock) and flagged.
 EVENTS_FUTURE_TOLERANCE_S = env.float("EVENTS_FUTURE_TOLERANCE_S", default=60.0)
@@ -195,6 +201,12 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = EVENTS_MAX_BODY_BYTES
 # is 512 KB an event), and most alerts in one Alertmanager webhook (set its webhook_config max_alerts to match).
 INTAKE_MAX_BODY_BYTES = env.int("INTAKE_MAX_BODY_BYTES", default=1024 * 1024)
 INTAKE_MAX_ALERTS = env.int("INTAKE_MAX_ALERTS", default=1_000)
+# The largest request a token can make: a byte quota below it would refuse that request in every window.
+QUOTA_BYTES_MIN = max(EVENTS_MAX_BODY_BYTES, INTAKE_MAX_BODY_BYTES)
+if EVENTS_QUOTA_BYTES_PER_WINDOW and EVENTS_QUOTA_BYTES_PER_WINDOW < QUOTA_BYTES_MIN:
+    raise ImproperlyConfigured(
+        "EVENTS_QUOTA_BYTES_PER_WINDOW must be 0 (no limit) or at least EVENTS_MAX_BODY_BYTES and INTAKE_MAX_BODY_BYTES"
+    )
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -89,7 +89,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_filter = [("revoked_at", admin.EmptyFieldListFilter), ("expires_at", admin.EmptyFieldListFilter)]
     readonly_fields = ["hint", "created_at", "last_used_at", "revoked_at"]
     fields = ["name", "scopes", "role", "clusters", "node", "sources", "hint", "created_at", "last_used_at"]
-    fields += ["expires_at", "revoked_at"]
+    fields += ["expires_at", "revoked_at", "quota_bytes"]
     actions = ["revoke"]
 
     def get_changeform_initial_data(self, request):

@@ -7,6 +7,7 @@ rebuilt from it (`manage.py rebuild_record`). All times are stored in UTC.
 import hashlib
 import secrets
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
@@ -395,6 +396,12 @@ class ApiToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True, help_text="Refused from then on; empty: never.")
+    quota_bytes = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Bytes of requests it may send per quota window (runs/quotas.py); empty: "
+        "EVENTS_QUOTA_BYTES_PER_WINDOW; 0: no limit.",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -441,6 +448,11 @@ class ApiToken(models.Model):
             raise ValidationError({"node": "a node agent's token is bound to its node: name it"})
         if self.node and self.role != trust.AGENT:
             raise ValidationError({"node": "only a node agent's token is bound to a node"})
+        if self.quota_bytes and self.quota_bytes < settings.QUOTA_BYTES_MIN:
+            # Below the largest body, that body would be refused in every window, Retry-After or not.
+            raise ValidationError(
+                {"quota_bytes": f"must be 0 (no limit) or at least {settings.QUOTA_BYTES_MIN:,}, the largest body"}
+            )
 
     def bounds(self) -> trust.Bounds:
         return trust.Bounds(
@@ -468,15 +480,17 @@ CHECKPOINT_STATUS_CHOICES = Checkpoint.Status.choices
 
 
 class TokenQuota(models.Model):
-    """How many events a token has sent in its current quota window (settings.EVENTS_QUOTA_*): one row a token,
-    reset when a new window begins. Counted in the database, so every web process shares the count."""
+    """How many events, and how many bytes of requests, a token has sent in its current quota window
+    (settings.EVENTS_QUOTA_*): one row a token, reset when a new window begins. Counted in the database, so every web
+    process shares the count."""
 
     token = models.OneToOneField(ApiToken, on_delete=models.CASCADE, related_name="quota")
     window_start = models.DateTimeField()
     used = models.PositiveBigIntegerField(default=0)
+    used_bytes = models.PositiveBigIntegerField(default=0)
 
     def __str__(self):
-        return f"{self.token}: {self.used} since {self.window_start:%H:%M:%S}"
+        return f"{self.token}: {self.used} events, {self.used_bytes} bytes since {self.window_start:%H:%M:%S}"
 
 
 class ApplyTurn(models.Model):

@@ -18,7 +18,7 @@ from incidents import services
 from incidents.domain import intake as domain_intake
 from incidents.intake import services as intake
 from runs.api.auth import EventsWriteScope, token_authenticate
-from runs.api.base import EventsOutOfBounds, InvalidEvents, over_quota
+from runs.api.base import EventsOutOfBounds, InvalidEvents, over_quota, request_bytes
 from runs.api.serializers import ErrorSerializer
 from runs.domain.cloudevents import Problem
 from runs.models import ApiToken
@@ -69,15 +69,15 @@ def alertmanager_webhook(request):
                 for i, field, why in outside
             ]
         )
-    now = timezone.now()
-    retry_after = quota_take(token=request.auth, count=len(alerts), now=now)
-    if retry_after is not None:
-        return over_quota(retry_after, what="webhook")  # Alertmanager retries a 429 with backoff
+    now, size = timezone.now(), request_bytes(request)
+    refusal = quota_take(token=request.auth, count=len(alerts), size=size, now=now)
+    if refusal is not None:
+        return over_quota(refusal, what="webhook")  # Alertmanager retries a 429 with backoff
     try:
         with transaction.atomic():
             result = intake.alertmanager_apply(alerts)
     except BaseException:
-        quota_return(token=request.auth, count=len(alerts), now=now)
+        quota_return(token=request.auth, count=len(alerts), size=size, now=now)
         raise
     return Response({"firing": len(result.firing), "resolved": len(result.resolved)}, status=status.HTTP_200_OK)
 
@@ -125,17 +125,18 @@ def pagerduty_enqueue(request):
         ((_, field, why),) = outside
         where = "payload.custom_details or payload.source" if named else f"dedup_key {event.dedup_key!r}"
         return _pd_error(403, "Forbidden", [f"{where} ({field}): {why}"], "forbidden")
-    now = timezone.now()
-    retry_after = quota_take(token=token, count=1, now=now)
-    if retry_after is not None:
-        response = _pd_error(429, "Too many events", ["this routing_key's quota is spent; retry later"], "throttled")
-        response["Retry-After"] = str(int(retry_after))
+    now, size = timezone.now(), request_bytes(request)
+    refusal = quota_take(token=token, count=1, size=size, now=now)
+    if refusal is not None:
+        reason = f"{refusal.reason('this routing_key')}; retry later"
+        response = _pd_error(429, "Too many events", [reason], "throttled")
+        response["Retry-After"] = str(int(refusal.retry_after))
         return response
     try:
         with transaction.atomic():
             intake.pagerduty_apply(event, actor=services.Actor.of_token(token))
     except BaseException:
-        quota_return(token=token, count=1, now=now)
+        quota_return(token=token, count=1, size=size, now=now)
         raise
     return Response(
         {"status": "success", "message": "Event processed", "dedup_key": event.dedup_key},

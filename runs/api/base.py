@@ -1,6 +1,7 @@
 """API plumbing that settings point at: pagination and the error shape. Imports no views."""
 
-from django.conf import settings
+from typing import TYPE_CHECKING
+
 from django.core.exceptions import RequestDataTooBig
 from rest_framework import exceptions, status
 from rest_framework.pagination import PageNumberPagination
@@ -8,6 +9,9 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from fleetops.jsonparse import PayloadTooLarge  # the 413, beside the parser that raises it too
+
+if TYPE_CHECKING:  # for the annotation only: the plumbing settings point at imports no models
+    from runs.quotas import Refusal
 
 
 class Pagination(PageNumberPagination):
@@ -34,13 +38,21 @@ class EventsOutOfBounds(InvalidEvents):
     what = "outside this token's bounds"
 
 
-def over_quota(retry_after: float, *, what: str) -> Response:
-    """429 with Retry-After: the token sent its EVENTS_QUOTA_PER_WINDOW for this window (runs/quotas.py)."""
-    limit, window = settings.EVENTS_QUOTA_PER_WINDOW, settings.EVENTS_QUOTA_WINDOW_S
-    reason = f"this token may send {limit:,} events every {window:g} s (an alert counts as one); "
-    reason += f"nothing of this {what} was stored"
-    body = {"detail": "Quota exceeded; retry later.", "errors": [{"field": "", "reason": reason}]}
-    return Response(body, status=status.HTTP_429_TOO_MANY_REQUESTS, headers={"Retry-After": str(int(retry_after))})
+def request_bytes(request) -> int:
+    """What a request asks FleetOps to store, in bytes, for the byte quota (runs/quotas.py): its body's
+    Content-Length (Django reads no more than that, and the parser no more than the body limit) and its ce-* headers,
+    which hold a binary-mode event's attributes."""
+    length = request.META.get("CONTENT_LENGTH") or "0"
+    headers = sum(len(v) for k, v in request.META.items() if k.startswith("HTTP_CE_"))
+    return (int(length) if length.isdigit() else 0) + headers
+
+
+def over_quota(refusal: "Refusal", *, what: str) -> Response:
+    """429 with Retry-After: the token sent its quota of events or bytes for this window (runs/quotas.py)."""
+    reason = f"{refusal.reason()}; nothing of this {what} was stored"
+    body = {"detail": f"Quota of {refusal.what} exceeded; retry later.", "errors": [{"field": "", "reason": reason}]}
+    retry_after = str(int(refusal.retry_after))
+    return Response(body, status=status.HTTP_429_TOO_MANY_REQUESTS, headers={"Retry-After": retry_after})
 
 
 def exception_handler(exc, context):

@@ -14,7 +14,7 @@ from fleetops.jsonparse import StrictJSONParser
 from runs import selectors, services
 from runs.api import serializers as s
 from runs.api.auth import EventsWriteScope
-from runs.api.base import EventsOutOfBounds, InvalidEvents, over_quota
+from runs.api.base import EventsOutOfBounds, InvalidEvents, over_quota, request_bytes
 from runs.domain import trust
 from runs.domain.cloudevents import binary_event, parse_events
 from runs.models import Node, Run
@@ -106,13 +106,14 @@ def events_create(request):
     )
     if outside:
         raise EventsOutOfBounds(outside)
-    retry_after = quota_take(token=request.auth, count=len(events), now=now)
-    if retry_after is not None:
-        return over_quota(retry_after, what="events")
+    size = request_bytes(request)
+    refusal = quota_take(token=request.auth, count=len(events), size=size, now=now)
+    if refusal is not None:
+        return over_quota(refusal, what="batch")
     try:
         result = services.events_ingest(events=events, token=request.auth)
     except BaseException:
-        quota_return(token=request.auth, count=len(events), now=now)
+        quota_return(token=request.auth, count=len(events), size=size, now=now)
         raise
     items = [{"id": e.id, "source": e.source, "status": "accepted"} for e in result.accepted]
     items += [{"id": e.id, "source": e.source, "status": "duplicate"} for e in result.duplicates]

@@ -103,7 +103,7 @@ def _post_in_process(token: str, bodies: list[bytes]) -> float:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION="Bearer " + token)
     celery_app.conf.task_always_eager = False  # tests/conftest.py runs tasks eagerly; here they are only queued
-    lifted = override_settings(EVENTS_QUOTA_PER_WINDOW=10**12)
+    lifted = override_settings(EVENTS_QUOTA_PER_WINDOW=10**12, EVENTS_QUOTA_BYTES_PER_WINDOW=10**15)
     lifted.enable()
     try:
         started = time.perf_counter()

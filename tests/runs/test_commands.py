@@ -53,6 +53,18 @@ def test_create_api_token_binds_the_token_and_says_to_what(db):
     assert not ApiToken.objects.filter(name__in=["agent", "ctl2"]).exists()
 
 
+def test_create_api_token_sets_the_token_s_own_byte_quota(db, settings):
+    run("create_api_token", "bulk-loader", "--quota-bytes", "0")
+    run("create_api_token", "ctl", "--role", "scheduler", "--quota-bytes", str(20 * settings.QUOTA_BYTES_MIN))
+    run("create_api_token", "job")
+    quotas = dict(ApiToken.objects.values_list("name", "quota_bytes"))
+    assert quotas == {"bulk-loader": 0, "ctl": 20 * settings.QUOTA_BYTES_MIN, "job": None}  # None: the default
+    least = f"{settings.QUOTA_BYTES_MIN:,}"
+    with pytest.raises(CommandError, match=f"--quota-bytes: must be 0 .no limit. or at least {least}"):
+        run("create_api_token", "tiny", "--quota-bytes", "1000")
+    assert not ApiToken.objects.filter(name="tiny").exists()
+
+
 def test_rebuild_record_gives_the_same_record(writer, django_capture_on_commit_callbacks):
     from tests.stories import failure_and_restart
 

@@ -48,6 +48,14 @@ class Command(BaseCommand):
             "what the shipped sender of its role uses (an agent fleetops-agent://CLUSTER/NODE, a scheduler "
             "slurm/CLUSTER for each of its clusters, a trainer fleetops-client:), which no other token may then use.",
         )
+        parser.add_argument(
+            "--quota-bytes",
+            metavar="BYTES",
+            type=int,
+            default=None,
+            help="Bytes of requests it may send per quota window, over EVENTS_QUOTA_BYTES_PER_WINDOW (the default); "
+            "0: no limit. For a sender whose legitimate batches are larger than most.",
+        )
         lifetime = parser.add_mutually_exclusive_group()
         lifetime.add_argument(
             "--expires-in",
@@ -57,7 +65,7 @@ class Command(BaseCommand):
         )
         lifetime.add_argument("--no-expiry", action="store_true", help="The token never expires (until revoked).")
 
-    def handle(self, *args, name, scopes, role, clusters, node, sources, expires_in, no_expiry, **options):
+    def handle(self, *args, name, scopes, role, clusters, node, sources, quota_bytes, expires_in, no_expiry, **options):
         wanted = [s.strip() for s in scopes.split(",") if s.strip()]
         unknown = set(wanted) - set(ApiToken.Scope.values)
         if unknown or not wanted:
@@ -67,10 +75,12 @@ class Command(BaseCommand):
             raise CommandError(f"A token named {name!r} exists already.")
         row = ApiToken(name=name, scopes=wanted, role=role, clusters=_names(clusters), node=node.strip())
         row.sources = default_sources(row) if sources is None else _names(sources)
+        row.quota_bytes = quota_bytes
         try:
             row.clean()
         except ValidationError as exc:
-            raise CommandError("; ".join(f"--{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from None
+            problems = exc.message_dict.items()
+            raise CommandError("; ".join(f"--{k.replace('_', '-')}: {' '.join(v)}" for k, v in problems)) from None
         row.expires_at = None if days is None else timezone.now() + timedelta(days=days)
         token = row.set_new_token()
         row.save()
