@@ -3,7 +3,7 @@
 from django.db import connection
 from django.db.models import Func, JSONField
 
-from runs.domain import lifecycle, quality
+from runs.domain import lifecycle, quality, trust
 from runs.models import Attempt, Event, Interruption, Node, Run
 from runs.services.appliers import _cluster, _create_missing, _gpu_ids, _raw
 
@@ -19,13 +19,18 @@ def run_lifecycle_rebuild(*, run: Run) -> None:
     lifecycle_events = Event.objects.filter(
         run_name=run.name, type__in=lifecycle.LIFECYCLE_TYPES, applied_at__isnull=False, quarantined_at=None
     )
-    rows = lifecycle_events.values_list("pk", "time", "type", _WithoutNodes("data"), "source", "event_id")
+    rows = lifecycle_events.values_list(
+        "pk", "time", "type", _WithoutNodes("data"), "source", "event_id", "token__role"
+    )
     pks = {}
     events = []
-    for pk, *fields in rows:
+    members_of = None  # the cluster a scheduler (or FleetOps itself) started the run on: its nodes join it
+    for pk, *fields, role in rows:
         event = lifecycle.LifecycleEvent(*fields)
         pks[(event.source, event.id)] = pk
         events.append(event)
+        if event.type == "run.started" and role != trust.TRAINER and event.data.get("cluster"):
+            members_of = max(members_of or event, event, key=lifecycle.LifecycleEvent.sort_key)
     derived = lifecycle.derive(events)
     settings = derived.settings
     run.state, run.started_at, run.ended_at = derived.state, derived.started_at, derived.ended_at
@@ -37,7 +42,9 @@ def run_lifecycle_rebuild(*, run: Run) -> None:
     run.checkpoint_interval_s = settings.get("checkpoint_interval_s", run.checkpoint_interval_s)
     run.save()
 
-    cluster_id = run.cluster_id if "cluster" in settings else None
+    # A node's cluster comes from its scheduler's or agents' word only (docs/EVENTS.md, "Token bounds"): the nodes a
+    # training job names stay in no cluster until one of them places them, so no job can claim another cluster's node.
+    cluster_id = _cluster(members_of.data["cluster"]).pk if members_of is not None else None
     attempts = _sync_attempts(run, derived.attempts, pks, cluster_id)
     _count_gpus(run)
     node_ids = _node_ids(sorted({i.node for i in derived.interruptions if i.node}), cluster_id)

@@ -198,3 +198,26 @@ def test_pagerduty_events_are_held_to_the_routing_keys_bounds(two_clusters):
     assert incident.status == "triggered" and incident.alerts.count() == 1
     assert incident.alerts.get().status == "firing"
     assert _pd(agent, "trigger", "nccl-a", node="a1").status_code == 202  # its own node: as before
+
+
+@pytest.mark.reliability(
+    "A training job claims another cluster's future node by naming it first",
+    how="an unbound trainer token starts its run on cluster a with a node the record does not know yet (b9); then "
+    "cluster b's own scheduler reports b9's state",
+    outcome="the run's attempt lists b9, but b9 joins no cluster on the job's word; cluster b's scheduler is "
+    "accepted and places it in b (before: b9 joined cluster a, and b's scheduler got 403 for its own node)",
+)
+def test_a_trainer_never_places_a_node_in_a_cluster(two_clusters, send):
+    trainer = client_for(role="trainer")
+    start = event(
+        "run.started", timezone.now(), "job-go", run="job", cluster="a", gpus=16, nodes=["a1", "b9"], job_id="9",
+    )  # fmt: skip
+    assert send(trainer, [start, _failed("job", "b9")]).status_code == 202
+    assert set(Attempt.objects.get(run__name="job").nodes.values_list("hostname", flat=True)) == {"a1", "b9"}
+    assert Node.objects.get(hostname="b9").cluster is None
+    state = event("node.state", timezone.now(), "b9-state", node="b9", state="cordoned", reason="rma", cluster="b")
+    response = send(client_for(role="scheduler", clusters=["b"]), [state])
+    assert response.status_code == 202, response.content
+    b9 = Node.objects.get(hostname="b9")
+    assert (b9.cluster.name, b9.state) == ("b", "cordoned")
+    assert Node.objects.get(hostname="a1").cluster.name == "a"  # placed by a's scheduler, as before
