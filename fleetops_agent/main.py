@@ -193,7 +193,11 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     nvml.register_events()
     node = _name(args.node or socket.gethostname().split(".")[0])
-    spool = Spool(args.spool_dir, max_bytes=int(args.spool_max_mb * 1024 * 1024))
+    # Sequences start at the clock's milliseconds at least: on a full disk events are held in memory, their ids handed
+    # out and sent but never written, and the next run must not hand them out again (the API would answer its events
+    # under them "duplicate").
+    first_seq = time.time_ns() // 1_000_000
+    spool = Spool(args.spool_dir, max_bytes=int(args.spool_max_mb * 1024 * 1024), first_seq=first_seq)
     sender = Sender(spool, HttpTransport(args.url, token), batch_size=args.batch, backoff=Backoff())
     if args.readings_every < 1:
         print("fleetops-agent: --readings-every must be at least 1", file=sys.stderr)

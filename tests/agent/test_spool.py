@@ -58,3 +58,53 @@ def test_over_the_bound_the_oldest_are_dropped_and_counted(tmp_path):
     reopened = Spool(tmp_path, max_bytes=2000, segment_bytes=500)
     assert reopened.dropped == spool.dropped
     assert [r.seq for r in reopened.pending(1000)] == [r.seq for r in pending]
+
+
+def _big(seq):
+    return {"id": f"n:gpu.health:0:{seq}", "note": "x" * 6000}  # more than the room a block of a segment has left
+
+
+def _lines_parse(directory) -> bool:
+    return all(json.loads(line) for seg in directory.glob("seg-*") for line in seg.read_text().splitlines())
+
+
+def test_on_a_full_disk_new_records_are_held_in_memory_and_everything_is_still_delivered(small_disk):
+    spool = Spool(small_disk.path)
+    for _ in range(5):
+        spool.append(_event)
+    small_disk.fill()
+    held = [spool.append(_big), spool.append(_event), spool.append(_event)]
+    assert spool.unwritable and [r.seq for r in held] == [6, 7, 8]
+    assert _lines_parse(small_disk.path)  # the refused append was cut off: no torn line for the next to follow
+    assert [r.seq for r in Spool(small_disk.path).pending()] == [1, 2, 3, 4, 5]  # on disk: what was spooled before
+
+    assert [r.seq for r in spool.pending(6)] == [1, 2, 3, 4, 5, 6]
+    spool.mark_delivered(6)  # the state cannot be written: the cursor is kept in memory
+    assert [r.seq for r in spool.pending()] == [7, 8]
+    spool.mark_delivered(8)
+    assert spool.pending() == [] and spool.held == []
+
+    small_disk.free()
+    assert spool.append(_event).seq == 9 and spool.unwritable is None
+    reopened = Spool(small_disk.path)
+    assert [r.seq for r in reopened.pending()] == [9]  # the cursor reached the disk with the first write it took
+    assert _lines_parse(small_disk.path)
+
+
+def test_records_held_in_memory_are_bounded_the_oldest_dropped_and_counted(small_disk):
+    spool = Spool(small_disk.path, memory_max=3)
+    spool.append(_event)
+    small_disk.fill()
+    for _ in range(5):
+        spool.append(_big)
+    assert spool.dropped == 2
+    assert [r.seq for r in spool.pending()] == [1, 4, 5, 6]
+    small_disk.free()
+    spool.append(_event)  # the disk takes the held ones with the next
+    reopened = Spool(small_disk.path)
+    assert [r.seq for r in reopened.pending()] == [1, 4, 5, 6, 7] and reopened.dropped == 2
+
+
+def test_the_sequence_starts_at_first_seq_and_never_goes_back(tmp_path):
+    assert Spool(tmp_path, first_seq=1000).append(_event).seq == 1000
+    assert Spool(tmp_path, first_seq=1).append(_event).seq == 1001
