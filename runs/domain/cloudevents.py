@@ -8,8 +8,8 @@ body into the same structured event, so every mode goes through the same checks.
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
 
@@ -334,16 +334,6 @@ TIME_FIELDS = {
     type_: tuple(name for name, (check, _required) in fields.items() if check is parse_sane_time)
     for type_, fields in SCHEMAS.items()
 }
-
-
-def shifted(event: CloudEvent, delta: timedelta) -> CloudEvent:
-    """The event with its time and the timestamps in its data moved by `delta`: what a sender with a clock off by
-    -delta meant."""
-    data = dict(event.data)
-    for name in TIME_FIELDS[event.type]:
-        if name in data:
-            data[name] = (parse_time(data[name]) + delta).isoformat().replace("+00:00", "Z")
-    return replace(event, time=event.time + delta, data=data)
 
 
 SUBJECT_MAX = 1000  # Event.subject's column

@@ -2,13 +2,13 @@
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from runs.domain import cloudevents, routes
+from runs.domain import clocks, cloudevents, routes
 from runs.domain.cloudevents import CloudEvent
 from runs.models import ApiToken, Event, Node, Run
 from runs.services.appliers import _create_missing, _raw
@@ -42,7 +42,7 @@ def events_ingest(*, events: list[CloudEvent], backfill: bool = False, token: Ap
     received_at = timezone.now()
     token_id = token.pk if token is not None else None
     turn = turn_of(token, len(events))
-    rows = [_event_row(e, received_at, token_id, turn=turn, flag_late=not backfill) for e in events]
+    rows = _event_rows(events, received_at, token_id, turn=turn, flag_late=not backfill)
     with transaction.atomic():
         if connection.vendor == "postgresql":
             stored = _insert_postgresql(rows)
@@ -58,7 +58,7 @@ def events_ingest(*, events: list[CloudEvent], backfill: bool = False, token: Ap
     return IngestResult(accepted=accepted, duplicates=duplicates, event_ids=[stored[e.source, e.id] for e in accepted])
 
 
-# The Event columns the intake writes, in the order of `_event_row`'s tuples.
+# The Event columns the intake writes, in the order of `_event_rows`' tuples.
 INTAKE_COLUMNS = (
     "source",
     "event_id",
@@ -88,18 +88,38 @@ def own_events_ingest(*, events: list[dict], backfill: bool = False) -> IngestRe
     return events_ingest(events=parsed, backfill=backfill)
 
 
+def _event_rows(
+    events: list[CloudEvent], received_at: datetime, token_id: int | None, *, turn: int = 0, flag_late: bool = True
+) -> list[tuple]:
+    """The stored rows of a batch received at `received_at` (`turn`: the apply turn they wait in, `turn_of`).
+
+    A time ahead of receipt cannot be true: the sender's clock is fast. Its lead is measured once a source a batch
+    (`clocks.leads`), and each of that source's events, with the timestamps in its data, is moved back by it, so that
+    they keep the order and spacing the sender gave them; skew_s keeps the lead on each. A time far behind may be a late
+    delivery (a spool emptied after an outage) or a slow clock: kept as sent, and flagged in skew_s."""
+    ahead = clocks.leads(events, received_at, settings.EVENTS_FUTURE_TOLERANCE_S)
+    return [
+        _event_row(e, received_at, token_id, turn=turn, flag_late=flag_late, lead=ahead.get(e.source)) for e in events
+    ]
+
+
 def _event_row(
-    event: CloudEvent, received_at: datetime, token_id: int | None, *, turn: int = 0, flag_late: bool = True
+    event: CloudEvent,
+    received_at: datetime,
+    token_id: int | None,
+    *,
+    turn: int,
+    flag_late: bool,
+    lead: timedelta | None,
 ) -> tuple:
-    """The stored row of an event (`turn`: the apply turn it waits in, `turn_of`). A time ahead of
-    receipt cannot be true: the sender's clock is fast, so the event (and the timestamps in its data) are moved back to
-    the receipt, and skew_s keeps by how much. A time far behind may be a late delivery (a spool emptied after an
-    outage) or a slow clock: kept as sent, and flagged in skew_s."""
-    skew_s = (event.time - received_at).total_seconds()
-    if skew_s > settings.EVENTS_FUTURE_TOLERANCE_S:
-        event = cloudevents.shifted(event, received_at - event.time)
-    elif skew_s > -settings.EVENTS_LATE_FLAG_S or not flag_late:
-        skew_s = None
+    """One event's row; `lead`: how far ahead its source's clock runs (None: not past the tolerance)."""
+    if lead is not None:
+        event = clocks.shifted(event, -lead)
+        skew_s = lead.total_seconds()
+    else:
+        skew_s = (event.time - received_at).total_seconds()
+        if skew_s > -settings.EVENTS_LATE_FLAG_S or not flag_late:
+            skew_s = None
     data = event.data
     done = received_at if event.type in LOGGED_AT_INTAKE else None
     return (
