@@ -340,6 +340,19 @@ SUBJECT_MAX = 1000  # Event.subject's column
 # The data fields that name a run or nodes: only the types whose schema has them may carry them.
 SUBJECT_FIELDS = ("run", "node", "nodes")
 
+
+def named_subjects(type_: str, data: dict) -> tuple[Any, Any, list]:
+    """(data.run, data.node, data.nodes) of an event, each read only where its type's schema has the field (None, None
+    and [] where not). The runs and nodes made for an event are read here, by the intake where it stores one applied
+    and by the apply and the rebuild alike, so a rebuild makes what the live path made: a validated event carries no
+    other field (`parse_event` refuses them), but a row an older FleetOps stored may, e.g. a rank sample with
+    data.nodes, which made no node when the intake stored it applied."""
+    schema = SCHEMAS[type_]
+    nodes = data.get("nodes") if "nodes" in schema else None
+    run, node = (data.get("run") if "run" in schema else None), (data.get("node") if "node" in schema else None)
+    return run, node, nodes if isinstance(nodes, list) else []
+
+
 _ATTRIBUTES = {
     "specversion": _choice((SPECVERSION,)),
     "id": Key(),

@@ -11,7 +11,7 @@ from django.utils import timezone
 from runs.domain import clocks, cloudevents, routes
 from runs.domain.cloudevents import CloudEvent
 from runs.models import ApiToken, Event, Node, Run
-from runs.services.appliers import _create_missing, _raw
+from runs.services.appliers import _create_missing, _name_of, _raw, _subjects
 from runs.services.turns import apply_turn_take, turn_of
 
 # Stored applied and seen by detection at once: nothing in the record or in the event-driven detectors changes with
@@ -140,11 +140,6 @@ def _event_row(
     )
 
 
-def _name_of(value) -> str:
-    """The run or node an event names, for the indexed columns; types that do not check the field may carry anything."""
-    return value if isinstance(value, str) and len(value) <= 200 else ""
-
-
 def _insert_postgresql(rows: list[tuple]) -> dict[tuple[str, str], int]:
     """Insert the rows in one statement; returns {(source, id): pk} of those that were new.
 
@@ -196,5 +191,6 @@ def _insert_orm(rows: list[tuple]) -> dict[tuple[str, str], int]:
 
 def _subjects_create(events: list[CloudEvent]) -> None:
     """The runs and nodes of events stored applied (LOGGED_AT_INTAKE), made in the intake's transaction."""
-    _create_missing(Run, "name", sorted({_name_of(e.data.get("run")) for e in events} - {""}))
-    _create_missing(Node, "hostname", sorted({_name_of(e.data.get("node")) for e in events} - {""}))
+    runs, nodes = _subjects(events)
+    _create_missing(Run, "name", runs)
+    _create_missing(Node, "hostname", nodes)
