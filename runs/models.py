@@ -288,7 +288,9 @@ class Event(models.Model):
     # The apply turn it waits in until applied (runs.services.turn_of): its token's id, 0 for FleetOps itself, -1 for
     # a node agent's poll. Empty for events stored before turns had a column: the sweeper applies those.
     turn = models.BigIntegerField(null=True, blank=True)
-    # Set when the sender's time is far from ours (settings.EVENTS_CLOCK_SKEW_FLAG_S): accepted, but flagged.
+    # Set when the sender's clock is off, accepted but flagged (docs/EVENTS.md): + the lead its source's clock showed in
+    # the batch (EVENTS_FUTURE_TOLERANCE_S), by which the event was moved back; - how far behind its receipt it was
+    # sent (EVENTS_LATE_FLAG_S), kept as sent.
     skew_s = models.FloatField(
         null=True, blank=True, help_text="Seconds the event's time is ahead of (+) or behind (-) its receipt."
     )

@@ -8,8 +8,8 @@ body into the same structured event, so every mode goes through the same checks.
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
 
@@ -336,19 +336,22 @@ TIME_FIELDS = {
 }
 
 
-def shifted(event: CloudEvent, delta: timedelta) -> CloudEvent:
-    """The event with its time and the timestamps in its data moved by `delta`: what a sender with a clock off by
-    -delta meant."""
-    data = dict(event.data)
-    for name in TIME_FIELDS[event.type]:
-        if name in data:
-            data[name] = (parse_time(data[name]) + delta).isoformat().replace("+00:00", "Z")
-    return replace(event, time=event.time + delta, data=data)
-
-
 SUBJECT_MAX = 1000  # Event.subject's column
 # The data fields that name a run or nodes: only the types whose schema has them may carry them.
 SUBJECT_FIELDS = ("run", "node", "nodes")
+
+
+def named_subjects(type_: str, data: dict) -> tuple[Any, Any, list]:
+    """(data.run, data.node, data.nodes) of an event, each read only where its type's schema has the field (None, None
+    and [] where not). The runs and nodes made for an event are read here, by the intake where it stores one applied
+    and by the apply and the rebuild alike, so a rebuild makes what the live path made: a validated event carries no
+    other field (`parse_event` refuses them), but a row an older FleetOps stored may, e.g. a rank sample with
+    data.nodes, which made no node when the intake stored it applied."""
+    schema = SCHEMAS[type_]
+    nodes = data.get("nodes") if "nodes" in schema else None
+    run, node = (data.get("run") if "run" in schema else None), (data.get("node") if "node" in schema else None)
+    return run, node, nodes if isinstance(nodes, list) else []
+
 
 _ATTRIBUTES = {
     "specversion": _choice((SPECVERSION,)),

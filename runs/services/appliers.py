@@ -1,7 +1,7 @@
 """Appliers: one per non-lifecycle event type; each commutes with the others and with itself."""
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -10,7 +10,7 @@ from django.db import connection
 from django.db.models import Case, DateTimeField, F, Q, Value, When
 from django.db.models.functions import Coalesce, Greatest
 
-from runs.domain.cloudevents import parse_time
+from runs.domain.cloudevents import named_subjects, parse_time
 from runs.models import GPU, Checkpoint, Cluster, Event, Node, Run
 
 
@@ -42,6 +42,26 @@ def _fold(folded: dict[tuple, Event], event: Event) -> None:
 def _fold_rank(event: Event) -> tuple:
     """What makes a reading win: the newer time; for steps at the same time, the higher step."""
     return (event.time, event.data["step"]) if event.type == "run.step" else (event.time,)
+
+
+def _name_of(value) -> str:
+    """The run or node an event names, for the indexed columns and the rows made for it; an older row may hold
+    anything there."""
+    return value if isinstance(value, str) and len(value) <= 200 else ""
+
+
+def _subjects(events: Iterable) -> tuple[list[str], list[str]]:
+    """The runs and the nodes these events (CloudEvents or stored rows) name, each sorted: read as
+    `runs.domain.cloudevents.named_subjects` says, so the intake making them for the events it stores applied,
+    `_lock_subjects` for the events it applies and a rebuild for every event make the same rows."""
+    runs, nodes = set(), set()
+    for event in events:  # rank samples, most of the intake's stream: names checked once a distinct name
+        run, node, listed = named_subjects(event.type, event.data)
+        runs.add(run if isinstance(run, str) else "")
+        nodes.add(node if isinstance(node, str) else "")
+        if listed:
+            nodes.update(name for name in listed if isinstance(name, str))
+    return sorted(filter(_name_of, runs)), sorted(filter(_name_of, nodes))
 
 
 def _create_missing(model, field: str, names: list[str]) -> None:

@@ -16,6 +16,7 @@ from runs.services.appliers import (
     _apply_xids,
     _create_missing,
     _fold,
+    _subjects,
     _XidTally,
 )
 from runs.services.lifecycle import run_lifecycle_rebuild
@@ -127,8 +128,7 @@ def _lock_subjects(events: list[Event]) -> None:
     One global order means two workers can never wait on each other (no deadlock). NO KEY UPDATE
     locks still let other transactions insert rows that point at these (attempts, GPUs).
     """
-    runs = sorted({e.run_name for e in events if e.run_name})
-    nodes = sorted({e.node_name for e in events if e.node_name} | {h for e in events for h in e.data.get("nodes", [])})
+    runs, nodes = _subjects(events)  # as the intake names them: a field the event's type lacks names nothing
     _create_missing(Run, "name", runs)
     _create_missing(Node, "hostname", nodes)
     list(Run.objects.select_for_update(no_key=True).filter(name__in=runs).order_by("name").values_list("pk"))

@@ -2,16 +2,16 @@
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from runs.domain import cloudevents, routes
+from runs.domain import clocks, cloudevents, routes
 from runs.domain.cloudevents import CloudEvent
 from runs.models import ApiToken, Event, Node, Run
-from runs.services.appliers import _create_missing, _raw
+from runs.services.appliers import _create_missing, _name_of, _raw, _subjects
 from runs.services.turns import apply_turn_take, turn_of
 
 # Stored applied and seen by detection at once: nothing in the record or in the event-driven detectors changes with
@@ -42,7 +42,7 @@ def events_ingest(*, events: list[CloudEvent], backfill: bool = False, token: Ap
     received_at = timezone.now()
     token_id = token.pk if token is not None else None
     turn = turn_of(token, len(events))
-    rows = [_event_row(e, received_at, token_id, turn=turn, flag_late=not backfill) for e in events]
+    rows = _event_rows(events, received_at, token_id, turn=turn, flag_late=not backfill)
     with transaction.atomic():
         if connection.vendor == "postgresql":
             stored = _insert_postgresql(rows)
@@ -58,7 +58,7 @@ def events_ingest(*, events: list[CloudEvent], backfill: bool = False, token: Ap
     return IngestResult(accepted=accepted, duplicates=duplicates, event_ids=[stored[e.source, e.id] for e in accepted])
 
 
-# The Event columns the intake writes, in the order of `_event_row`'s tuples.
+# The Event columns the intake writes, in the order of `_event_rows`' tuples.
 INTAKE_COLUMNS = (
     "source",
     "event_id",
@@ -88,18 +88,38 @@ def own_events_ingest(*, events: list[dict], backfill: bool = False) -> IngestRe
     return events_ingest(events=parsed, backfill=backfill)
 
 
+def _event_rows(
+    events: list[CloudEvent], received_at: datetime, token_id: int | None, *, turn: int = 0, flag_late: bool = True
+) -> list[tuple]:
+    """The stored rows of a batch received at `received_at` (`turn`: the apply turn they wait in, `turn_of`).
+
+    A time ahead of receipt cannot be true: the sender's clock is fast. Its lead is measured once a source a batch
+    (`clocks.leads`), and each of that source's events, with the timestamps in its data, is moved back by it, so that
+    they keep the order and spacing the sender gave them; skew_s keeps the lead on each. A time far behind may be a late
+    delivery (a spool emptied after an outage) or a slow clock: kept as sent, and flagged in skew_s."""
+    ahead = clocks.leads(events, received_at, settings.EVENTS_FUTURE_TOLERANCE_S)
+    return [
+        _event_row(e, received_at, token_id, turn=turn, flag_late=flag_late, lead=ahead.get(e.source)) for e in events
+    ]
+
+
 def _event_row(
-    event: CloudEvent, received_at: datetime, token_id: int | None, *, turn: int = 0, flag_late: bool = True
+    event: CloudEvent,
+    received_at: datetime,
+    token_id: int | None,
+    *,
+    turn: int,
+    flag_late: bool,
+    lead: timedelta | None,
 ) -> tuple:
-    """The stored row of an event (`turn`: the apply turn it waits in, `turn_of`). A time ahead of
-    receipt cannot be true: the sender's clock is fast, so the event (and the timestamps in its data) are moved back to
-    the receipt, and skew_s keeps by how much. A time far behind may be a late delivery (a spool emptied after an
-    outage) or a slow clock: kept as sent, and flagged in skew_s."""
-    skew_s = (event.time - received_at).total_seconds()
-    if skew_s > settings.EVENTS_FUTURE_TOLERANCE_S:
-        event = cloudevents.shifted(event, received_at - event.time)
-    elif skew_s > -settings.EVENTS_LATE_FLAG_S or not flag_late:
-        skew_s = None
+    """One event's row; `lead`: how far ahead its source's clock runs (None: not past the tolerance)."""
+    if lead is not None:
+        event = clocks.shifted(event, -lead)
+        skew_s = lead.total_seconds()
+    else:
+        skew_s = (event.time - received_at).total_seconds()
+        if skew_s > -settings.EVENTS_LATE_FLAG_S or not flag_late:
+            skew_s = None
     data = event.data
     done = received_at if event.type in LOGGED_AT_INTAKE else None
     return (
@@ -118,11 +138,6 @@ def _event_row(
         done,
         turn,
     )
-
-
-def _name_of(value) -> str:
-    """The run or node an event names, for the indexed columns; types that do not check the field may carry anything."""
-    return value if isinstance(value, str) and len(value) <= 200 else ""
 
 
 def _insert_postgresql(rows: list[tuple]) -> dict[tuple[str, str], int]:
@@ -176,5 +191,6 @@ def _insert_orm(rows: list[tuple]) -> dict[tuple[str, str], int]:
 
 def _subjects_create(events: list[CloudEvent]) -> None:
     """The runs and nodes of events stored applied (LOGGED_AT_INTAKE), made in the intake's transaction."""
-    _create_missing(Run, "name", sorted({_name_of(e.data.get("run")) for e in events} - {""}))
-    _create_missing(Node, "hostname", sorted({_name_of(e.data.get("node")) for e in events} - {""}))
+    runs, nodes = _subjects(events)
+    _create_missing(Run, "name", runs)
+    _create_missing(Node, "hostname", nodes)

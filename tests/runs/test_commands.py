@@ -7,8 +7,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
+from runs.domain.cloudevents import CloudEvent
 from runs.models import ApiToken, Event, Run
-from tests.stories import record_snapshot
+from runs.services import events_ingest
+from tests.stories import at, event, failure_and_restart, record_snapshot
 
 
 def run(*args) -> str:
@@ -73,6 +75,31 @@ def test_rebuild_record_gives_the_same_record(writer, django_capture_on_commit_c
     before = record_snapshot()
     assert run("rebuild_record").strip() == "Applied 19 events."
     assert record_snapshot() == before
+
+
+@pytest.mark.reliability(
+    "rebuild_record over a log holding a rank sample with data.nodes (as the intake stored one before it refused the "
+    "field), beside a run's story posted through the API",
+    how="the record's nodes and snapshot as the live path left them, compared with those after `manage.py "
+    "rebuild_record`",
+    outcome="the same nodes and record: a field the event's type lacks names nothing, whether the intake stores the "
+    "event applied or a rebuild applies it again (before: the rebuild made a node for each name listed, which the "
+    "live record never had)",
+)
+def test_rebuild_record_makes_no_node_the_live_record_lacks(writer, django_capture_on_commit_callbacks):
+    sample = event("rank.step_time", at(11), "rank-0", run="r1", rank=0, node="n1", step=1, seconds=1.5)
+    listed = {**sample, "data": {**sample["data"], "nodes": ["ghost-1", "ghost-2"]}}
+    refused = writer.post("/api/v1/events", json.dumps(listed), content_type="application/json")
+    assert refused.status_code == 400 and refused.json()["errors"][0]["field"] == "data.nodes"  # today's intake
+    with django_capture_on_commit_callbacks(execute=True):
+        writer.post("/api/v1/events", json.dumps(failure_and_restart()), content_type="application/json")
+        older = CloudEvent(listed["source"], listed["id"], listed["type"], at(11), listed["data"])
+        events_ingest(events=[older])  # what the intake stored of it before it checked the field
+    live = record_snapshot()
+    assert [row[0] for row in live["nodes"]] == ["n1", "n2", "n3"]
+
+    assert run("rebuild_record").strip() == "Applied 20 events."
+    assert record_snapshot() == live
 
 
 def test_apply_pending_events_applies_what_no_task_did(writer):

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from runs.domain.cloudevents import parse_events
 from runs.models import GPU, Event, Node, Run
-from runs.services import _event_row, _insert_orm, events_apply
+from runs.services import _event_rows, _insert_orm, events_apply
 from tests.services import wait_until_applied
 from tests.stories import assert_failure_and_restart_record, failure_and_restart, record_snapshot
 
@@ -59,7 +59,7 @@ def test_it_applies_each_event_once_under_parallel_workers(postgres):
     events, problems = parse_events(batch, max_batch=1000)
     assert problems == []
     # Stored directly, without queueing a task: the threads below do the applying.
-    ids = sorted(_insert_orm([_event_row(e, timezone.now(), None) for e in events]).values())
+    ids = sorted(_insert_orm(_event_rows(events, timezone.now(), None)).values())
     applied, errors = [], []
 
     def apply(order):
@@ -104,7 +104,7 @@ def test_a_worker_quarantines_a_bad_event_and_goes_on(writer, worker):
     )
     events, problems = parse_events(failure_and_restart(), max_batch=1000)
     assert problems == []
-    rows = [_event_row(e, timezone.now(), None) for e in events]
+    rows = _event_rows(events, timezone.now(), None)
     _insert_orm(rows)
     apply_events.delay(list(Event.objects.order_by("time", "id").values_list("pk", flat=True)))
     wait_until_applied(len(events) + 1)
