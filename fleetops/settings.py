@@ -13,6 +13,8 @@ import plotly
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
+from fleetops.policies import CONTENT_SECURITY_POLICY, SPECTACULAR_SETTINGS  # noqa: F401  (fixed for every environment)
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -167,11 +169,8 @@ EVENTS_QUOTA_PER_WINDOW = env.int("EVENTS_QUOTA_PER_WINDOW", default=100_000)
 EVENTS_QUOTA_WINDOW_S = env.float("EVENTS_QUOTA_WINDOW_S", default=10.0)
 if EVENTS_QUOTA_PER_WINDOW and EVENTS_QUOTA_PER_WINDOW < EVENTS_MAX_BATCH:
     raise ImproperlyConfigured("EVENTS_QUOTA_PER_WINDOW must be 0 (no limit) or at least EVENTS_MAX_BATCH")
-# And the bytes a token may send per window (its requests' bodies: what it asks FleetOps to store; a token's
-# quota_bytes overrides it), or its events would be bounded but not their size. 50 MiB per 10 s is ten of the largest
-# bodies (a scheduler's biggest batch), the event quota's 100,000 events at 500 bytes each, and 13 times a 1,024-rank
-# job's clients at their busiest (a gradient norm a rank a second, steps of 0.1 s, and a step time every 10 s: 11
-# events of ~340 bytes a rank, 3.8 MB per 10 s). 0: no limit.
+# And the bytes of its requests' bodies per window (a token's quota_bytes overrides it; 0: no limit): 50 MiB per 10 s
+# is ten of the largest bodies, 100,000 events of 500 bytes, and 13x a 1,024-rank job's clients at their busiest.
 EVENTS_QUOTA_BYTES_PER_WINDOW = env.int("EVENTS_QUOTA_BYTES_PER_WINDOW", default=50 * 1024 * 1024)
 # Clock skew: an event dated this far after its receipt is kept at its receipt time and flagged (Event.skew_s);
 # one dated this far before it is kept as sent (a late delivery, or a slow clock) and flagged.
@@ -222,25 +221,6 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["fleetops.jsonparse.StrictJSONParser"],
     "EXCEPTION_HANDLER": "runs.api.base.exception_handler",
     "UNAUTHENTICATED_USER": None,
-}
-SPECTACULAR_SETTINGS = {
-    "TITLE": "FleetOps API",
-    "DESCRIPTION": "Event intake (CloudEvents 1.0) and the fleet record of GPU training runs.",
-    "VERSION": "1",
-    "SERVE_INCLUDE_SCHEMA": False,
-    "SWAGGER_UI_DIST": "SIDECAR",
-    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
-    "COMPONENT_SPLIT_REQUEST": True,
-    # The error answers (401, 403, 400, 404, 413, 415) of every operation, declared in one place.
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "runs.api.schema.error_responses"],
-    "ENUM_NAME_OVERRIDES": {
-        "RunStateEnum": "runs.domain.lifecycle.RUN_STATES",
-        "NodeStateEnum": "runs.domain.cloudevents.NODE_STATE_CHOICES",
-        "CheckpointStatusEnum": "runs.models.CHECKPOINT_STATUS_CHOICES",
-        "IncidentStatusEnum": "incidents.models.INCIDENT_STATUS_CHOICES",
-        "AlertStatusEnum": "incidents.models.ALERT_STATUS_CHOICES",
-    },
 }
 
 # --- Cache ---
@@ -361,25 +341,6 @@ CSRF_COOKIE_HTTPONLY = True  # pages send the token from the template (hx-header
 # One on-call shift, counted from sign-in (not renewed by the board's polling).
 SESSION_COOKIE_AGE = env.int("SESSION_COOKIE_AGE", default=12 * 3600)
 
-# Content-Security-Policy (django-csp 4): scripts only from our own static files: no inline script, no inline
-# event handler, no eval (plotly.js and htmx need none). style-src needs 'unsafe-inline': plotly.js inserts <style>
-# elements as it draws, and so do htmx (its indicator style) and the Swagger UI page; without it Chromium reports
-# those as violations. tests/browser/test_csp.py finds none with this policy.
-CONTENT_SECURITY_POLICY = {
-    "DIRECTIVES": {
-        "default-src": ["'self'"],
-        "script-src": ["'self'"],
-        "style-src": ["'self'", "'unsafe-inline'"],
-        "img-src": ["'self'", "data:"],
-        "font-src": ["'self'", "data:"],
-        "connect-src": ["'self'"],
-        "object-src": ["'none'"],
-        "base-uri": ["'none'"],
-        "frame-ancestors": ["'none'"],
-        "form-action": ["'self'"],
-    }
-}
-
 # Sign-in throttling (django-axes): this many failures for one username from one IP locks that pair out for the
 # cool-off, with a 429 page; a success resets the count. The IP is REMOTE_ADDR (never a client-sent header):
 # behind a proxy that is the proxy's, so the lockout is per username.
@@ -474,9 +435,8 @@ CHECKPOINT_TARGET_OVERHEAD = env.float("CHECKPOINT_TARGET_OVERHEAD", default=0.0
 METRICS_CACHE_S = env.float("METRICS_CACHE_S", default=10.0)
 METRICS_GOODPUT_CACHE_S = env.float("METRICS_GOODPUT_CACHE_S", default=60.0)
 METRICS_EVENTS_SETTLE_S = env.float("METRICS_EVENTS_SETTLE_S", default=30.0)
-# Per-run series (goodput, badput, GPU-seconds, job MTBF) for this many runs with time in the window, live ones first,
-# then by GPU-seconds; the rest are one series, run="(other)", counted in fleetops_runs_folded. Without a bound any
-# trainer's runs grow every scrape by a series per run and stage (90,593 lines at 10,000 runs, issue 45).
+# Per-run series for this many runs with time in the window, live ones first, then by GPU-seconds; the rest are one
+# series, run="(other)", counted in fleetops_runs_folded (unbounded: 90,593 lines at 10,000 runs).
 METRICS_MAX_RUNS = env.int("METRICS_MAX_RUNS", default=50)
 if METRICS_MAX_RUNS < 0:
     raise ImproperlyConfigured("METRICS_MAX_RUNS must be 0 (every run folded) or more")
