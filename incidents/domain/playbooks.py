@@ -104,6 +104,18 @@ def with_choice(definition: dict, choice: str) -> dict:
     return {**definition, "steps": steps}
 
 
+# A dry run's statuses read as what the real run would do: its "succeeded" is no success of anything (issue 46).
+DRY_RUN_WORDS = {"succeeded": "would succeed", "failed": "would not succeed", "running": "being evaluated"}
+DRY_RUN_STEP_WORDS = {"succeeded": "would pass", "failed": "would stop here", "skipped": "not reached"}
+
+
+def status_words(status: str, *, dry_run: bool = False, step: bool = False) -> str:
+    """A playbook's (or, with `step`, a step's) status for reading: waiting_approval -> "waiting for approval"; a dry
+    run's in its own words (DRY_RUN_WORDS)."""
+    words = (DRY_RUN_STEP_WORDS if step else DRY_RUN_WORDS) if dry_run else {}
+    return words.get(status) or ("waiting for approval" if status == "waiting_approval" else status.replace("_", " "))
+
+
 class StillWaiting(Exception):  # noqa: N818 -- not an error: the step looks again later
     """A polled step found the cluster not yet as it waits for it (no spare back yet): look again in poll_s."""
 
