@@ -31,6 +31,7 @@ SERVICE_FILES = {
     "engine",
     "steps",
     "breaker",
+    "dryrun",  # a playbook step put to the real run's checks, nothing done (incidents/playbooks/dryrun.py)
     "spares",
     "retention",
     "charts",

@@ -333,7 +333,8 @@ def _queue_families() -> list[Metric]:
 def _playbook_families() -> list[Metric]:
     outcomes = CounterMetricFamily(
         "fleetops_playbook_outcomes",
-        "Playbook executions that ended, by playbook, outcome and dry run.",
+        "Playbook executions that ended, by playbook, outcome and dry run. A dry run's outcome is the real run's, "
+        "foretold: succeeded, every step would go ahead; failed, one would be refused or fail.",
         labels=["playbook", "outcome", "dry_run"],
     )
     active = GaugeMetricFamily(

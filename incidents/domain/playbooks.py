@@ -6,6 +6,7 @@ and its timeout in seconds. Operations are idempotent: "ensure drained", not "dr
 """
 
 import math
+from dataclasses import dataclass
 
 DRAIN_AND_REPLACE = {
     "name": "drain-and-replace",
@@ -103,6 +104,18 @@ def with_choice(definition: dict, choice: str) -> dict:
     return {**definition, "steps": steps}
 
 
+# A dry run's statuses read as what the real run would do: its "succeeded" is no success of anything (issue 46).
+DRY_RUN_WORDS = {"succeeded": "would succeed", "failed": "would not succeed", "running": "being evaluated"}
+DRY_RUN_STEP_WORDS = {"succeeded": "would pass", "failed": "would stop here", "skipped": "not reached"}
+
+
+def status_words(status: str, *, dry_run: bool = False, step: bool = False) -> str:
+    """A playbook's (or, with `step`, a step's) status for reading: waiting_approval -> "waiting for approval"; a dry
+    run's in its own words (DRY_RUN_WORDS)."""
+    words = (DRY_RUN_STEP_WORDS if step else DRY_RUN_WORDS) if dry_run else {}
+    return words.get(status) or ("waiting for approval" if status == "waiting_approval" else status.replace("_", " "))
+
+
 class StillWaiting(Exception):  # noqa: N818 -- not an error: the step looks again later
     """A polled step found the cluster not yet as it waits for it (no spare back yet): look again in poll_s."""
 
@@ -133,20 +146,59 @@ def breaker_open(*, taken_out: int, fleet: int, max_share: float) -> bool:
     return (taken_out + 1) / fleet > max_share
 
 
-def breaker_reason(
-    *, taken_out: int, fleet: int, max_share: float, max_nodes: int, drains_in_window: int, max_drains: int
-) -> str | None:
-    """Why one more drain must wait for a human, or None when it may go ahead. Three limits, any of which opens the
-    breaker: the share of the cluster out of service, an absolute number of nodes out (a share of a large cluster is
-    many nodes), and the drains FleetOps made in the last window (a flood of forged or real failures drains at most
-    this many before a person looks)."""
-    if breaker_open(taken_out=taken_out, fleet=fleet, max_share=max_share):
-        return f"{taken_out} of {fleet} nodes already out of service (at most {max_share:.0%})"
-    if taken_out + 1 > max_nodes:
-        return f"{taken_out} nodes already out of service (at most {max_nodes})"
-    if drains_in_window + 1 > max_drains:
-        return f"{drains_in_window} drains by FleetOps in the last hour (at most {max_drains})"
-    return None
+def _percent(share: float) -> str:
+    """0.5 -> "50%", 0.025 -> "2.5%", 2/3 -> "66.7%": a small cluster's shares are not whole percents."""
+    return f"{share * 100:.3g}%"
+
+
+@dataclass(frozen=True)
+class BreakerFigures:
+    """What the circuit breaker decides a drain on: nodes out of service now and the scheduler's fleet (counts), the
+    caps (a share of the fleet, a node count, drains an hour), and FleetOps' drains in the cluster's last hour."""
+
+    taken_out: int
+    fleet: int
+    max_share: float
+    max_nodes: int
+    drains_in_window: int
+    max_drains: int
+
+    def numbers(self) -> str:
+        """Every figure, in words, whether the breaker opens or not: out now, what the drain itself would make it,
+        the drains in the last hour, the caps."""
+        after = self.taken_out + 1
+        share = f" of {self.fleet} = {_percent(after / self.fleet)}" if self.fleet > 0 else ""
+        return (
+            f"out of service now: {self.taken_out} of {self.fleet}; with this drain: {after}{share}; "
+            f"drains by FleetOps in the last hour: {self.drains_in_window}; "
+            f"caps: {_percent(self.max_share)} of the cluster, {self.max_nodes} nodes out, "
+            f"{self.max_drains} drains an hour"
+        )
+
+    def reason(self) -> str | None:
+        """Why one more drain must wait for a human, or None when it may go ahead. Three limits, any of which opens
+        the breaker: the share of the cluster out of service, an absolute number of nodes out (a share of a large
+        cluster is many nodes), and the drains FleetOps made in the last window (a flood of forged or real failures
+        drains at most this many before a person looks). It names the limit the drain itself would cross (0 out of 2
+        is under 5%; the drain makes it 1 of 2, 50%), then every figure."""
+        after = self.taken_out + 1
+        if self.fleet <= 0:
+            return f"the scheduler lists no node in this cluster, so no drain is a share of it ({self.numbers()})"
+        if breaker_open(taken_out=self.taken_out, fleet=self.fleet, max_share=self.max_share):
+            lead = f"the drain would take {after} of {self.fleet} nodes out of service, {_percent(after / self.fleet)}"
+            return f"{lead}, over the {_percent(self.max_share)} cap ({self.numbers()})"
+        if after > self.max_nodes:
+            lead = f"the drain would take {after} nodes out of service"
+            return f"{lead}, over the cap of {self.max_nodes} ({self.numbers()})"
+        if self.drains_in_window + 1 > self.max_drains:
+            lead = f"the drain would be FleetOps' drain number {self.drains_in_window + 1} in the last hour"
+            return f"{lead}, over the cap of {self.max_drains} ({self.numbers()})"
+        return None
+
+
+def breaker_reason(**figures) -> str | None:
+    """BreakerFigures(**figures).reason(): why one more drain must wait for a human, or None."""
+    return BreakerFigures(**figures).reason()
 
 
 def backoff_s(attempt: int, *, base_s: float = 2.0, cap_s: float = 60.0) -> float:

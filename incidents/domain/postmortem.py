@@ -13,6 +13,7 @@ from statistics import median
 import nh3
 from markdown_it import MarkdownIt
 
+from incidents.domain.playbooks import status_words
 from runs.domain.numbers import number_text
 
 SEVERITIES = ("SEV1", "SEV2", "SEV3", "SEV4")
@@ -319,7 +320,7 @@ def draft(facts: PostmortemFacts) -> str:
         label = "dry run of " if playbook.dry_run else ""
         where = f" on {playbook.node}" if playbook.node else ""
         lines += [
-            f"### Playbook {label}{playbook.name}{where} ({playbook.status})",
+            f"### Playbook {label}{playbook.name}{where} ({status_words(playbook.status, dry_run=playbook.dry_run)})",
             "",
             f"Started by {playbook.started_by} at {_time(playbook.started_at)}.",
             "",
@@ -328,7 +329,8 @@ def draft(facts: PostmortemFacts) -> str:
         ]
         for index, step in enumerate(playbook.steps, start=1):
             minutes = None if step.seconds is None else step.seconds / 60
-            lines.append(f"| {index} | {_cell(step.name)} | {step.status} | {_min(minutes)} |")
+            status = status_words(step.status, dry_run=playbook.dry_run, step=True)
+            lines.append(f"| {index} | {_cell(step.name)} | {status} | {_min(minutes)} |")
         lines.append("")
     if facts.links:
         lines += ["Data: " + " · ".join(f"[{label}]({url})" for label, url in facts.links.items()), ""]

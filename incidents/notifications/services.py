@@ -71,6 +71,8 @@ class Outcome:
 def event_of(entry: TimelineEntry) -> str | None:
     """The notification event a timeline entry is, or None when it is not one."""
     if entry.kind == TimelineEntry.Kind.PLAYBOOK:
+        if (entry.data or {}).get("dry_run"):
+            return None  # a dry run waits for nobody: its "would wait for approval" calls no one
         return "playbook_waiting_approval" if _WAITING_TEXT in entry.text else None
     return EVENT_OF_KIND.get(entry.kind)
 

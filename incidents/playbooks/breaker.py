@@ -1,4 +1,4 @@
-"""The circuit breaker in front of every drain (incidents/domain/playbooks.py: breaker_reason). Open, it pages a human
+"""The circuit breaker in front of every drain (incidents/domain/playbooks.py: BreakerFigures). Open, it pages a human
 (the incident's severity one level up) and refuses the step.
 
 What counts as out of service is not the reported state alone, which a scheduler's or agent's token could rewrite:
@@ -17,7 +17,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from incidents import services
-from incidents.domain.playbooks import breaker_reason
+from incidents.domain.playbooks import BreakerFigures
 from incidents.models import StepExecution
 from incidents.playbooks.clusters.base import OUT_OF_SERVICE, ClusterAdapter, RefusedError
 from runs.models import Cluster, Node
@@ -50,14 +50,15 @@ def drained_by_fleetops(*, cluster) -> set[str]:
     }
 
 
-def check(*, execution, cluster, adapter: ClusterAdapter, step=None) -> None:
+def check(*, execution, cluster, adapter: ClusterAdapter, step=None) -> str:
     """Raise RefusedError when draining the execution's node would open the breaker; a node already out passes.
+    Returns what it decided on, in words (BreakerFigures.numbers), for the step's output and a dry run.
 
     One decision at a time per cluster (its row locked): a drain let through is admitted (its running `step` marked)
     before the lock is let go, and the next decision counts it out of service though the scheduler may not have
     drained it yet; so drains decided at once, when many faults come together, are held to the limit as one after
-    another would be. A scheduler that cannot be read raises its TransientError: the step waits rather than drain
-    blind."""
+    another would be. A dry run gets the same decision from the same reads, and leaves no trace: nothing admitted,
+    nobody paged. A scheduler that cannot be read raises its TransientError: the step waits rather than drain blind."""
     with transaction.atomic():
         list(Cluster.objects.select_for_update().filter(pk=cluster.pk).values_list("pk"))
         admitted = set(
@@ -80,8 +81,7 @@ def check(*, execution, cluster, adapter: ClusterAdapter, step=None) -> None:
         # node of this cluster, and would only stop the drains it makes up the count for).
         out = ((reported | drained_by_fleetops(cluster=cluster) | admitted) & census.nodes) | census.out
         if execution.node.hostname in out:
-            return
-        fleet = len(census.nodes)
+            return f"{execution.node.hostname} is out of service already: the drain takes nothing more out"
         drains = StepExecution.objects.filter(
             name=DRAIN_STEP,
             status=StepExecution.Status.SUCCEEDED,
@@ -89,18 +89,19 @@ def check(*, execution, cluster, adapter: ClusterAdapter, step=None) -> None:
             execution__node__cluster=cluster,
             finished_at__gte=timezone.now() - DRAIN_WINDOW,
         ).count()
-        why = breaker_reason(
+        figures = BreakerFigures(
             taken_out=len(out),
-            fleet=fleet,
+            fleet=len(census.nodes),
             max_share=settings.PLAYBOOK_MAX_OUT_SHARE if cluster.max_out_share is None else cluster.max_out_share,
             max_nodes=settings.PLAYBOOK_MAX_OUT_NODES,
             drains_in_window=drains + len(admitted - reported),
             max_drains=settings.PLAYBOOK_MAX_DRAINS_PER_HOUR,
         )
+        why = figures.reason()
         if why is None:
             if step is not None and not execution.dry_run:
                 StepExecution.objects.filter(pk=step.pk).update(output={"admitted": True})
-            return
-    if execution.incident_id:
+            return f"circuit breaker closed ({figures.numbers()})"
+    if execution.incident_id and not execution.dry_run:
         services.incident_page_human(incident=execution.incident, why=f"circuit breaker: {why}")
     raise RefusedError(f"circuit breaker open: {why}; a human must decide")

@@ -17,8 +17,7 @@ from fleetops.celery import task_named
 from incidents import services
 from incidents.domain.playbooks import PLAYBOOKS, PlaybookError, StillWaiting, approver_for, backoff_s, with_choice
 from incidents.models import Incident, PlaybookExecution, StepExecution
-from incidents.playbooks import steps
-from incidents.playbooks.clusters import adapter_for
+from incidents.playbooks import dryrun, steps
 from incidents.playbooks.clusters.base import ClusterError, RefusedError, TransientError
 from runs.models import Node, Run
 
@@ -72,14 +71,12 @@ def playbook_start(
         # The database allows one active execution per node and per run: this one is already running.
         active = PlaybookExecution.objects.filter(status__in=PlaybookExecution.ACTIVE, dry_run=False)
         return active.filter(node=node).first() if node else active.filter(run=run).first()
-    if incident is not None:
-        what = "Dry run of" if dry_run else "Started"
-        services.timeline_add(
-            incident=incident,
-            kind="playbook",
-            actor=actor,
-            text=f"{what} playbook {playbook} on {node or run} (#{execution.pk})",
-        )
+    what = "Dry run of" if dry_run else "Started"
+    _timeline(execution, f"{what} playbook {playbook} on {node or run} (#{execution.pk})", actor=actor)
+    busy = dryrun.refusal_at_start(node=node, run=run) if dry_run else None
+    if busy:  # the real run would not start: the database holds one active execution per node and per run
+        _finish(execution, PlaybookExecution.Status.FAILED, error=f"would be refused at the start: {busy}")
+        return execution
     _queue(execution.pk)
     return execution
 
@@ -115,7 +112,7 @@ def playbook_advance(*, execution_id: int) -> str:
         spec = execution.definition["steps"][step.index]
         try:
             output = (
-                _describe(execution, spec)
+                dryrun.evaluate(execution, step, spec)
                 if execution.dry_run
                 else steps.OPERATIONS[spec["operation"]](execution, step, spec)
             )
@@ -127,6 +124,9 @@ def playbook_advance(*, execution_id: int) -> str:
             _step_poll(execution, step, waiting, spec)
             return "waiting"
         except TransientError as error:
+            if execution.dry_run:  # not an answer the real run would get either: it would try again later
+                _step_failed(execution, step, f"the cluster did not answer: {error}", verb="could not tell")
+                return "failed"
             if step.attempts < spec.get("retries", 3):
                 _step_retry(execution, step, error, spec)
                 return "retrying"
@@ -156,38 +156,6 @@ def _release(step: StepExecution) -> None:
         log.warning("playbook step %s: could not release it; the lease runs out instead", step.pk)
 
 
-def _describe(execution: PlaybookExecution, spec: dict) -> dict:
-    """Dry run: the calls the step would make, without touching the cluster."""
-    node = execution.node.hostname if execution.node else None
-    job = steps.job_id_of(execution) if execution.run else None
-    adapter = adapter_for(steps.cluster_of(execution))
-    plans = {
-        "drain_node": lambda: adapter.describe_plan("ensure_drained", name=node, reason=steps.reason_of(execution)),
-        "pick_spare": lambda: adapter.describe_plan("list_spares"),
-        "requeue_job": lambda: adapter.describe_plan("requeue_job", job_id=job),
-        "wait_job_running": lambda: adapter.describe_plan("job_status", job_id=job),
-        "send_to_repair": lambda: adapter.describe_plan("ensure_in_pool", name=node, pool="repair"),
-        "health_check": lambda: adapter.describe_plan("health_check", name=node, check=spec.get("check")),
-        "prepare_checks": lambda: adapter.plan_ready_for_checks(node),
-        "return_to_pool": lambda: adapter.describe_plan("ensure_resumed", name=node),
-        "choose_shrink": lambda: (
-            f"{adapter.describe_plan('list_spares')}; {adapter.describe_plan('job_status', job_id=job)}"
-            "; a free spare replaces the node, else shrink or wait by the advisor's pricing"
-            + (f" (chosen: {spec['choice']})" if spec.get("choice") else "")
-        ),
-        "shrink_job": lambda: adapter.describe_plan(
-            "requeue_job", job_id=job, exclude=[node], nodes="<its nodes less 1>"
-        ),
-        "wait_spare": lambda: (
-            f"{adapter.describe_plan('list_spares')}, every {spec.get('poll_s', 60):g} s until one is ready"
-        ),
-        "grow_job": lambda: adapter.describe_plan(
-            "requeue_job", job_id=job, onto=["<the spare>"], nodes="<its full size>"
-        ),
-    }
-    return {"plan": plans[spec["operation"]]()}
-
-
 def _step_succeeded(execution, step, output: dict) -> None:
     with transaction.atomic():
         step.status, step.output, step.error, step.finished_at = (
@@ -197,13 +165,14 @@ def _step_succeeded(execution, step, output: dict) -> None:
             timezone.now(),
         )
         step.save(update_fields=["status", "output", "error", "finished_at"])
-        seconds = f" in {step.seconds:.1f} s" if step.seconds is not None else ""
-        detail = output.get("plan") or output.get("summary") or ""
-        _timeline(
-            execution,
-            f"Step {step.name} {'planned' if execution.dry_run else 'done'}{seconds}: {detail}",
-            data={"step": step.name, "seconds": step.seconds, "output": output},
-        )
+        if execution.dry_run:
+            approval = f" after approval by {output['approval']}" if output.get("approval") else ""
+            found = f"{output['finding']}; " if output.get("finding") else ""
+            text = f"step {step.index + 1} ({step.name}) would go ahead{approval}: {found}plan: {output['plan']}"
+        else:
+            seconds = f" in {step.seconds:.1f} s" if step.seconds is not None else ""
+            text = f"Step {step.name} done{seconds}: {output.get('summary') or ''}"
+        _timeline(execution, text, data={"step": step.name, "seconds": step.seconds, "output": output})
 
 
 def _step_retry(execution, step, error, spec) -> None:
@@ -228,13 +197,18 @@ def _step_poll(execution, step, waiting: StillWaiting, spec) -> None:
             _queue(execution.pk, countdown=spec["poll_s"])
 
 
-def _step_failed(execution, step, reason: str, *, refused: bool = False) -> None:
+def _step_failed(execution, step, reason: str, *, refused: bool = False, verb: str = "") -> None:
+    """The step and its execution end; a dry run says what the real run would meet at this step, and where."""
     with transaction.atomic():
         StepExecution.objects.filter(pk=step.pk).update(
             status=StepExecution.Status.FAILED, error=reason, finished_at=timezone.now()
         )
-        verb = "refused" if refused else "failed"
-        _finish(execution, PlaybookExecution.Status.FAILED, error=f"{step.name} {verb}: {reason}")
+        if execution.dry_run:
+            verb = verb or ("would be refused" if refused else "would fail")
+            error = f"{verb} at step {step.index + 1} ({step.name}): {reason}"
+        else:
+            error = f"{step.name} {'refused' if refused else 'failed'}: {reason}"
+        _finish(execution, PlaybookExecution.Status.FAILED, error=error)
 
 
 def _wait_for_approval(execution, step) -> None:
@@ -250,18 +224,38 @@ def _finish(execution, status, *, error: str = "", actor: services.Actor = servi
     execution.save(update_fields=["status", "finished_at", "error"])
     if status != PlaybookExecution.Status.SUCCEEDED:
         execution.steps.filter(status__in=["pending", "waiting_approval"]).update(status=StepExecution.Status.SKIPPED)
-    text = f"Playbook {execution.playbook} #{execution.pk} {status}" + (f": {error}" if error else "")
-    _timeline(execution, text, actor=actor)
+    _timeline(execution, _finish_text(execution), actor=actor)
+
+
+def _finish_text(execution) -> str:
+    """The timeline's last word on an execution; a dry run's says what the real run would do, never "succeeded"."""
+    if not execution.dry_run:
+        error = f": {execution.error}" if execution.error else ""
+        return f"Playbook {execution.playbook} #{execution.pk} {execution.status}{error}"
+    head = f"Dry run of playbook {execution.playbook} #{execution.pk}"
+    if execution.status != PlaybookExecution.Status.SUCCEEDED:
+        return f"{head}: {execution.error or execution.status}"
+    waits = [
+        f"{name} ({output['approval']})"
+        for name, output in execution.steps.order_by("index").values_list("name", "output")
+        if output.get("approval")
+    ]
+    approvals = f", waiting for approval at {', '.join(waits)}" if waits else ""
+    return f"{head}: the real run would go through every step{approvals}; nothing was done"
 
 
 def _timeline(execution, text: str, *, data: dict | None = None, actor: services.Actor = services.FLEETOPS) -> None:
+    """Every entry names its execution and whether it was a dry run (the API's `data`); a dry run's text starts so
+    (its steps' entries name it: "Dry run #7: step 2 ...")."""
+    if execution.dry_run and not text.startswith("Dry run"):
+        text = f"Dry run #{execution.pk}: {text}"
     if execution.incident_id:
         services.timeline_add(
             incident=execution.incident,
             kind="playbook",
             actor=actor,
             text=text,
-            data={"execution": execution.pk, **(data or {})},
+            data={"execution": execution.pk, "dry_run": execution.dry_run, **(data or {})},
         )
 
 

@@ -51,23 +51,31 @@ def job_id_of(execution) -> str:
 def _drain_node(execution, step, spec) -> dict:
     cluster = cluster_of(execution)
     adapter = adapter_for(cluster)
-    breaker.check(execution=execution, cluster=cluster, adapter=adapter, step=step)
+    decided = breaker.check(execution=execution, cluster=cluster, adapter=adapter, step=step)
     outcome = adapter.ensure_drained(execution.node.hostname, reason_of(execution))
     raw = outcome.node.raw_state if outcome.node else ""
     if execution.incident_id and execution.incident.run_id is None:  # a node's incident: out of service stops the harm
         services.incident_mitigate(
             incident=execution.incident, text=f"{execution.node.hostname} out of service: {outcome.summary}"
         )
-    return {"summary": outcome.summary, "state": raw, "changed": outcome.changed}
+    return {"summary": outcome.summary, "state": raw, "changed": outcome.changed, "breaker": decided}
+
+
+NO_SPARE = "no hot spare is free"
+
+
+def spares_for(execution, adapter) -> list[str]:
+    """The spares pick spare chooses from (the first), as the scheduler lists its spare pool: a dry run asks too."""
+    return [spare.name for spare in adapter.list_spares() if spare.name != execution.node.hostname]
 
 
 def _pick_spare(execution, step, spec) -> dict:
     if step.output.get("spare"):
         return step.output
-    spares = [s for s in adapter_for(cluster_of(execution)).list_spares() if s.name != execution.node.hostname]
+    spares = spares_for(execution, adapter_for(cluster_of(execution)))
     if not spares:
-        raise TransientError("no hot spare is free: waiting for one (shrink-and-continue goes on without it)")
-    return {"summary": f"spare {spares[0].name}", "spare": spares[0].name}
+        raise TransientError(f"{NO_SPARE}: waiting for one (shrink-and-continue goes on without it)")
+    return {"summary": f"spare {spares[0]}", "spare": spares[0]}
 
 
 def _spare(execution) -> str:

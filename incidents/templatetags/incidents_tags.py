@@ -3,6 +3,7 @@ import json
 from django import template
 
 from incidents import selectors
+from incidents.domain import playbooks
 
 register = template.Library()
 
@@ -23,6 +24,12 @@ def evidence_value(value, limit=300):
 
 
 @register.filter
-def status_words(status: str) -> str:
-    """A playbook or step status for reading: waiting_approval -> 'waiting for approval'."""
-    return "waiting for approval" if status == "waiting_approval" else status.replace("_", " ")
+def status_words(status: str, dry_run=False) -> str:
+    """A playbook's status for reading, a dry run's in its own words: `{{ ex.status|status_words:ex.dry_run }}`."""
+    return playbooks.status_words(status, dry_run=bool(dry_run))
+
+
+@register.filter
+def step_words(status: str, dry_run=False) -> str:
+    """A step's status for reading, a dry run's in its own words: `{{ s.status|step_words:ex.dry_run }}`."""
+    return playbooks.status_words(status, dry_run=bool(dry_run), step=True)

@@ -167,11 +167,7 @@ class ClusterAdapter(ABC):
         node count it restarts with, fewer to shrink it (the training client learns its new world size from the
         scheduler at the restart) or more to grow it back; None keeps it.
         """
-        job = self.job_status(job_id)
-        if job.state in ("completed", "cancelled"):
-            raise RefusedError(f"job {job_id} has ended ({job.raw_state}): requeueing it would run it again")
-        if nodes is not None and nodes < 1:
-            raise RefusedError(f"job {job_id} cannot run on {nodes} nodes")
+        job = check_requeueable(self.job_status(job_id), nodes=nodes)
         if seen_restart_count is not None and job.restart_count > seen_restart_count:
             return Outcome(False, f"job {job_id} already restarted (restart {job.restart_count})", job=job)
         if job.state == "pending" and nodes is None:
@@ -208,8 +204,18 @@ class ClusterAdapter(ABC):
     def describe_plan(self, operation: str, **args) -> str:
         """What `operation` (a method name, PLAN_OPERATIONS) would do, in the scheduler's terms, without doing it.
 
-        A dry run asks the cluster nothing, so a plan names what it would read or change rather than the result.
+        A plan names what the operation would read or change, not its result: a dry run reads the cluster (the
+        breaker's census, the spare pool, the job) but changes nothing, and describes the changes with this.
         """
+
+
+def check_requeueable(job: JobStatus, *, nodes: int | None = None) -> JobStatus:
+    """The refusals of requeue_job, before it acts (a dry run makes them too): an ended job, no node to run on."""
+    if job.state in ("completed", "cancelled"):
+        raise RefusedError(f"job {job.job_id} has ended ({job.raw_state}): requeueing it would run it again")
+    if nodes is not None and nodes < 1:
+        raise RefusedError(f"job {job.job_id} cannot run on {nodes} nodes")
+    return job
 
 
 def check_pool(pool: str) -> str:

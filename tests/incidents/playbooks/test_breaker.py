@@ -20,9 +20,23 @@ pytestmark = pytest.mark.django_db
 def test_the_reason_names_the_limit_that_opened():
     ok = {"taken_out": 1, "fleet": 100, "max_share": 0.05, "max_nodes": 64, "drains_in_window": 0, "max_drains": 8}
     assert breaker_reason(**ok) is None
-    assert "at most 5%" in breaker_reason(**{**ok, "taken_out": 5})
-    assert "at most 3)" in breaker_reason(**{**ok, "fleet": 10_000, "taken_out": 3, "max_nodes": 3})
-    assert "8 drains by FleetOps in the last hour" in breaker_reason(**{**ok, "drains_in_window": 8})
+    assert "over the 5% cap" in breaker_reason(**{**ok, "taken_out": 5})
+    assert "take 4 nodes out of service, over the cap of 3" in breaker_reason(
+        **{**ok, "fleet": 10_000, "taken_out": 3, "max_nodes": 3}
+    )
+    assert "drain number 9 in the last hour, over the cap of 8" in breaker_reason(**{**ok, "drains_in_window": 8})
+
+
+def test_a_refusal_states_the_numbers_that_refused():
+    """Issue 46: "0 of 2 nodes already out of service (at most 5%)" refused a drain without saying why: it was the
+    drain itself, 1 of 2 = 50%. The reason says so, and every figure beside it: out now, drains this hour, the caps."""
+    why = breaker_reason(taken_out=0, fleet=2, max_share=0.05, max_nodes=64, drains_in_window=3, max_drains=8)
+    assert why.startswith("the drain would take 1 of 2 nodes out of service, 50%, over the 5% cap")
+    assert "out of service now: 0 of 2; with this drain: 1 of 2 = 50%" in why
+    assert "drains by FleetOps in the last hour: 3" in why
+    assert "caps: 5% of the cluster, 64 nodes out, 8 drains an hour" in why
+    small = breaker_reason(taken_out=1, fleet=40, max_share=0.025, max_nodes=64, drains_in_window=0, max_drains=8)
+    assert "2 of 40 nodes out of service, 5%, over the 2.5% cap" in small  # not rounded to a whole percent
 
 
 def _fleet(n: int = 40) -> Cluster:
@@ -74,7 +88,7 @@ def test_nodes_fleetops_drained_stay_counted_whatever_is_reported(settings):
     for hostname in ("x00", "x01"):
         _step(Node.objects.get(hostname=hostname), "drain", timedelta(hours=2))
     Node.objects.filter(hostname__in=["x00", "x01"]).update(state="in_service")  # what the forged events say
-    with pytest.raises(RefusedError, match="2 of 40 nodes already out of service"):
+    with pytest.raises(RefusedError, match="out of service now: 2 of 40; with this drain: 3 of 40"):
         _drain(cluster, "x02")
     _step(Node.objects.get(hostname="x00"), "return to spares", timedelta(hours=1))  # back through the gate
     _drain(cluster, "x02")  # 1 out + this one = 5%: allowed
@@ -84,7 +98,7 @@ def test_an_absolute_cap_and_a_drain_rate_beside_the_share(settings):
     cluster = _fleet(2000)
     settings.PLAYBOOK_MAX_OUT_NODES = 3
     Node.objects.filter(hostname__in=["x00", "x01", "x02"]).update(state="in_repair")
-    with pytest.raises(RefusedError, match="at most 3"):
+    with pytest.raises(RefusedError, match="take 4 nodes out of service, over the cap of 3"):
         _drain(cluster, "x03")
     Node.objects.update(state="in_service")
     settings.PLAYBOOK_MAX_OUT_NODES, settings.PLAYBOOK_MAX_DRAINS_PER_HOUR = 64, 2
@@ -92,14 +106,14 @@ def test_an_absolute_cap_and_a_drain_rate_beside_the_share(settings):
         node = Node.objects.get(hostname=hostname)
         _step(node, "drain", timedelta(minutes=20))
         _step(node, "return to spares", timedelta(minutes=10))  # back already: out of service no more
-    with pytest.raises(RefusedError, match="2 drains by FleetOps in the last hour"):
+    with pytest.raises(RefusedError, match="drains by FleetOps in the last hour: 2; caps: .*, 2 drains an hour"):
         _drain(cluster, "x12")
 
 
 def test_the_schedulers_own_view_counts_beside_the_record():
     cluster = _fleet()  # 40 nodes, 5%: 2 out at most
     _drain(cluster, "x02", held=["x00"])  # 1 out + this one: allowed
-    with pytest.raises(RefusedError, match="2 of 40 nodes already out of service"):
+    with pytest.raises(RefusedError, match="out of service now: 2 of 40"):
         _drain(cluster, "x02", held=["x00", "x01"])  # the record says all in service; the scheduler does not
 
 
@@ -110,13 +124,13 @@ def test_a_clusters_own_share_replaces_the_default():
     Node.objects.bulk_create([Node(hostname=f"y{i:02d}", cluster=other, state="in_service") for i in range(40)])
     Node.objects.filter(hostname__in=["x00", "x01", "x02", "x03", "x04"]).update(state="in_repair")
     Node.objects.filter(hostname__in=["y00", "y01", "y02", "y03", "y04"]).update(state="in_repair")
-    with pytest.raises(RefusedError, match="5 of 40 nodes already out of service \\(at most 5%\\)"):
+    with pytest.raises(RefusedError, match="6 of 40 nodes out of service, 15%, over the 5% cap"):
         _drain(cluster, "x05")
     Cluster.objects.filter(pk=cluster.pk).update(max_out_share=0.2)
     cluster.refresh_from_db()
     _drain(cluster, "x05")  # 6 of 40 = 15 %: allowed
-    with pytest.raises(RefusedError, match="at most 5%"):
+    with pytest.raises(RefusedError, match="over the 5% cap"):
         _drain(other, "y05")  # the other cluster keeps the default
     Node.objects.filter(hostname__in=["x05", "x06", "x07"]).update(state="in_repair")
-    with pytest.raises(RefusedError, match="8 of 40 nodes already out of service \\(at most 20%\\)"):
+    with pytest.raises(RefusedError, match="9 of 40 nodes out of service, 22.5%, over the 20% cap"):
         _drain(cluster, "x08")  # 9 of 40 > 20 %

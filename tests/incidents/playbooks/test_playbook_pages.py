@@ -80,7 +80,9 @@ def test_a_dry_run_shows_the_plan_and_changes_nothing_on_the_cluster(oncall, inc
     assert '<span class="badge dry-run">dry run</span>' in card and "<th>Plan</th>" in card
     assert "post node.state n2 -&gt; draining or cordoned" in card
     assert "post run.started for job" in card
-    assert card.count('<span class="badge pb-succeeded">succeeded</span>') == 5
+    assert card.count('<span class="badge pb-succeeded">would pass</span>') == 5
+    assert f'id="execution-{execution.pk}-status">would succeed</span>' in card
+    assert "Dry run: the real run would go through every step; nothing was done." in card
     assert "every 2s" not in card
     assert incident.timeline.filter(kind="playbook", text__startswith="Dry run of playbook drain-and-replace").exists()
 

@@ -98,6 +98,7 @@ def test_the_circuit_breaker_stops_and_pages_a_human(post, settings, django_capt
 
 def test_a_dry_run_shows_the_plan_without_touching_the_cluster(post, settings, django_capture_on_commit_callbacks):
     settings.PLAYBOOK_AUTO_START = False
+    settings.PLAYBOOK_MAX_OUT_SHARE = 0.7  # n1, n2 (cordoned) and s1: draining n1 too puts 2 of 3 out
     post(spares("s1") + story_until_failure())
     node, run = Node.objects.get(hostname="n1"), Run.objects.get(name="r1")
     with django_capture_on_commit_callbacks(execute=True):

@@ -74,3 +74,57 @@ def test_an_xid_79_drains_the_node_and_the_job_runs_again_on_a_spare(
         assert incident.timeline.filter(text__contains="running again on").exists()
     finally:
         put_back(slurm_cluster, slurm, job_id=job_id, bad=bad, spare=spare)
+
+
+@pytest.mark.reliability(
+    "A dry run asked for where the real run would be refused",
+    how="the real Slurm cluster (6 nodes, none out), a job running on two of them; a dry run of drain-and-replace on "
+    "one of its nodes at the default 5% share, then at 50%",
+    outcome="at 5%: 'would be refused at step 1 (drain)', with the breaker's figures from sinfo (1 of 6 = 16.7%); at "
+    "50%: every step would go ahead, on a spare sinfo lists; nothing drained, moved or requeued (before: the dry run "
+    "read nothing and 'succeeded' either way)",
+)
+def test_a_dry_run_reads_slurm_as_the_real_run_would_and_changes_nothing(
+    writer, slurm, slurm_cluster, settings, django_capture_on_commit_callbacks
+):
+    from incidents import services
+    from incidents.playbooks.engine import playbook_start
+    from runs.models import Node, Run
+
+    settings.PLAYBOOK_AUTO_START = False
+    Cluster.objects.create(name="loopback", scheduler="slurm", api_url=slurm_cluster.conf)
+    job_id, job = start_training_job(slurm_cluster, slurm)
+    try:
+        started = event(
+            "run.started", ts_now(-60), "start", run="llm", cluster="loopback", gpus=16, nodes=job.nodes, job_id=job_id
+        )
+        with django_capture_on_commit_callbacks(execute=True):
+            writer.post("/api/v1/events", json.dumps([started]), content_type=BATCH)
+        node, run = Node.objects.get(hostname=job.nodes[0]), Run.objects.get(name="llm")
+
+        def dry_run() -> PlaybookExecution:
+            with django_capture_on_commit_callbacks(execute=True):
+                execution = playbook_start(
+                    playbook="drain-and-replace", actor=services.FLEETOPS, node=node, run=run, dry_run=True
+                )
+            execution.refresh_from_db()
+            return execution
+
+        refused = dry_run()
+        assert refused.status == "failed"
+        assert refused.error.startswith(
+            "would be refused at step 1 (drain): circuit breaker open: the drain would take 1 of 6 nodes out of "
+            "service, 16.7%, over the 5% cap (out of service now: 0 of 6;"
+        )
+        settings.PLAYBOOK_MAX_OUT_SHARE = 0.5
+        passed = dry_run()
+        assert passed.status == "succeeded", passed.error
+        output = {s.name: s.output for s in passed.steps.all()}
+        assert output["pick spare"]["spare"] in ("gpu-005", "gpu-006")
+        assert f"scontrol requeue {job_id}" in output["requeue job"]["plan"]
+        assert output["drain"]["approval"] == "oncall"  # no incident: the SEV4 rule, as the real run would wait
+        now = slurm.job_status(job_id)
+        assert (now.state, now.nodes, now.restart_count) == ("running", job.nodes, 0)
+        assert slurm.out_of_service() == set()
+    finally:
+        put_back(slurm_cluster, slurm, job_id=job_id, bad=None, spare=None)

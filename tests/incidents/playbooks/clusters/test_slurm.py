@@ -320,7 +320,7 @@ def test_the_breaker_counts_what_slurm_itself_holds_out(slurm, slurm_cluster, db
     slurm_cluster.run("scontrol", "update", "nodename=gpu-003", "state=drain", "reason=by hand")
     try:
         assert slurm.out_of_service() == {"gpu-003"}
-        with pytest.raises(RefusedError, match="at most 1"):
+        with pytest.raises(RefusedError, match="over the cap of 1 .out of service now: 1 of 6"):
             breaker.check(execution=execution, cluster=cluster, adapter=slurm)
     finally:
         back_in_service(slurm, "gpu-003")
@@ -330,8 +330,8 @@ def test_the_breaker_counts_what_slurm_itself_holds_out(slurm, slurm_cluster, db
     "A run.started listing 400 invented hostnames, to grow the fleet the breaker takes its share of",
     how="the real Slurm cluster (6 nodes), a scheduler token of its cluster starts a run on gpu-001 and 400 made-up "
     "hosts through the intake; gpu-003 drained in Slurm; the breaker capped at 20%; a drain of gpu-004 asked for",
-    outcome="refused, '1 of 6 nodes already out of service': the fleet is sinfo's node list, the invented rows count "
-    "nowhere (before: 1 of 406, and the drain passed)",
+    outcome="refused, 'out of service now: 1 of 6; with this drain: 2 of 6 = 33.3%': the fleet is sinfo's node list, "
+    "the invented rows count nowhere (before: 1 of 406, and the drain passed)",
 )
 def test_the_breaker_takes_its_share_of_what_slurm_lists(
     slurm, slurm_cluster, db, settings, django_capture_on_commit_callbacks
@@ -368,7 +368,7 @@ def test_the_breaker_takes_its_share_of_what_slurm_lists(
     execution = SimpleNamespace(node=Node.objects.get(hostname="gpu-004"), incident_id=None)
     slurm_cluster.run("scontrol", "update", "nodename=gpu-003", "state=drain", "reason=by hand")
     try:
-        with pytest.raises(RefusedError, match=r"1 of 6 nodes already out of service \(at most 20%\)"):
+        with pytest.raises(RefusedError, match=r"out of service now: 1 of 6; with this drain: 2 of 6 = 33.3%"):
             breaker.check(execution=execution, cluster=cluster, adapter=slurm)
     finally:
         back_in_service(slurm, "gpu-003")
