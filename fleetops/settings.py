@@ -275,6 +275,8 @@ CELERY_TASK_ROUTES = {
     "incidents.tasks.watch_*": {"queue": f"{_Q}-detection"},
     "incidents.tasks.advance_playbook": {"queue": f"{_Q}-playbooks"},
     "incidents.tasks.resume_playbooks": {"queue": f"{_Q}-playbooks"},
+    # It waits on the schedulers' clients as a playbook step does: never ahead of detecting an applied event.
+    "incidents.tasks.reconcile_schedulers": {"queue": f"{_Q}-playbooks"},
     "incidents.tasks.deliver_notification": {"queue": f"{_Q}-notifications"},
     "incidents.tasks.resume_deliveries": {"queue": f"{_Q}-notifications"},
     "incidents.report_tasks.*": {"queue": f"{_Q}-reports"},
@@ -311,6 +313,17 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": crontab(minute=0, hour=0, day_of_week="mon"),
     },
 }
+# The scheduler reconciliation (incidents/detection/services/reconcile.py): this often (seconds; 0: never) the runs the
+# record calls running or restarting on a Slurm or Kubernetes cluster are checked against the scheduler's own view, and
+# a job it says ended is ended as it says. One that ended less than the grace ago is left to its own end event (the
+# Slurm epilog retries for about 45 s).
+SCHEDULER_RECONCILE_S = env.float("SCHEDULER_RECONCILE_S", default=60.0)
+SCHEDULER_RECONCILE_GRACE_S = env.float("SCHEDULER_RECONCILE_GRACE_S", default=60.0)
+if SCHEDULER_RECONCILE_S > 0:
+    CELERY_BEAT_SCHEDULE["reconcile-schedulers"] = {
+        "task": "incidents.tasks.reconcile_schedulers",
+        "schedule": SCHEDULER_RECONCILE_S,
+    }
 # The demo fleet's agents and trainer while `make run` serves it (incidents/demo/feed.py); never elsewhere.
 DEMO_FEED = env.bool("DEMO_FEED", default=False)
 if DEMO_FEED:

@@ -1,5 +1,6 @@
 """The embedded default does the whole job (issue 18): what `make run` ends in, `manage.py serve`, on SQLite with no
-Redis, detects a hung run and a silent node by itself, through the worker and beat it starts beside the web server.
+Redis, detects a hung run and a silent node by itself, and ends a run whose Slurm job ended without its end event
+(issue 46), through the worker and beat it starts beside the web server.
 
 Real processes: the dev server and a Celery worker with beat on the broker folder (kombu's filesystem transport),
 on a SQLite file of their own; the hang floor and the heartbeat timeout lowered by their settings so that the first
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -36,16 +38,17 @@ def _event(type_: str, when: datetime, id_: str, **data) -> dict:
     return {"specversion": "1.0", "id": id_, "source": "embedded://test", "type": type_, "time": time_, "data": data}
 
 
-def test_make_run_detects_a_hang_and_a_silent_node_with_no_command_typed(tmp_path):
+@contextmanager
+def _serving(tmp_path: Path, **settings: str):
+    """`manage.py serve` on a SQLite file and a broker folder of its own, with these settings: (url, API headers, its
+    environment) once it answers; its log printed if the block fails; stopped after."""
     env = {
         **{k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")},
         "DATABASE_URL": f"sqlite:///{tmp_path / 'fleetops.sqlite3'}",
         "EMBEDDED_BROKER_DIR": str(tmp_path / "broker"),
         "CELERY_TASK_ALWAYS_EAGER": "false",
-        "HANG_FLOOR_S": "30",
-        "HANG_K": "2",
-        "HEARTBEAT_TIMEOUT_S": "30",
         "PYTHONUNBUFFERED": "1",
+        **settings,
     }
     _manage(env, "migrate", "--noinput", "-v0")
     token = _manage(env, "create_api_token", "embedded", "--scopes", "events:write,read", "--role", "scheduler")
@@ -57,21 +60,40 @@ def test_make_run_detects_a_hang_and_a_silent_node_with_no_command_typed(tmp_pat
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    headers = {"Authorization": f"Bearer {token}"}
     try:
         wait_for(lambda: _answers(url), timeout=60, what="manage.py serve to answer")
+        yield url, {"Authorization": f"Bearer {token}"}, env
+    except BaseException:
+        log.flush()
+        print((tmp_path / "serve.log").read_text()[-4000:])
+        raise
+    finally:
+        os.killpg(serve.pid, signal.SIGTERM)
+        try:
+            serve.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(serve.pid, signal.SIGKILL)
+
+
+def _post(url: str, headers: dict, events: list[dict]) -> None:
+    answer = requests.post(
+        url + "/api/v1/events",
+        data=json.dumps(events),
+        headers={**headers, "Content-Type": "application/cloudevents-batch+json"},
+        timeout=30,
+    )
+    assert answer.status_code == 202, answer.text
+
+
+def test_make_run_detects_a_hang_and_a_silent_node_with_no_command_typed(tmp_path):
+    quick = {"HANG_FLOOR_S": "30", "HANG_K": "2", "HEARTBEAT_TIMEOUT_S": "30"}
+    with _serving(tmp_path, **quick) as (url, headers, _env):
         now = datetime.now(UTC).replace(microsecond=0)
         start = now - timedelta(minutes=10)
         events = [_event("run.started", start, "s", run="h1", cluster="c1", gpus=16, nodes=["n1", "n2"], job_id="1")]
         events += [_event("run.step", start + timedelta(seconds=20 * i), f"st{i}", run="h1", step=i) for i in range(20)]
         events.append(_event("node.heartbeat", now - timedelta(seconds=5), "hb", node="quiet", cluster="c1"))
-        answer = requests.post(
-            url + "/api/v1/events",
-            data=json.dumps(events),
-            headers={**headers, "Content-Type": "application/cloudevents-batch+json"},
-            timeout=30,
-        )
-        assert answer.status_code == 202, answer.text
+        _post(url, headers, events)
         posted = time.monotonic()
 
         def both() -> list[str] | None:
@@ -83,16 +105,28 @@ def test_make_run_detects_a_hang_and_a_silent_node_with_no_command_typed(tmp_pat
             both, timeout=BOUND_S, what="a hang incident and a heartbeat-loss incident from the worker's beat", every=2
         )
         print(f"\nfound in {time.monotonic() - posted:.0f} s: {sorted(found)}")
-    except BaseException:
-        log.flush()
-        print((tmp_path / "serve.log").read_text()[-4000:])
-        raise
-    finally:
-        os.killpg(serve.pid, signal.SIGTERM)
-        try:
-            serve.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(serve.pid, signal.SIGKILL)
+
+
+def test_make_run_ends_a_run_whose_slurm_job_ended_without_its_end_event(tmp_path, slurm_cluster):
+    """The reconciliation with the scheduler runs on serve's beat too: a real Slurm job ends, no epilog event is sent,
+    and the run is ended as Slurm says with nothing typed (the sweep every 5 s here, every 60 s by default)."""
+    with _serving(tmp_path, SCHEDULER_RECONCILE_S="5", SCHEDULER_RECONCILE_GRACE_S="0") as (url, headers, env):
+        cluster = f"Cluster.objects.create(name='loopback', scheduler='slurm', api_url={slurm_cluster.conf!r})"
+        _manage(env, "shell", "-c", f"from runs.models import Cluster; {cluster}")
+        job_id = slurm_cluster.run("sbatch", "--parsable", "--output=/dev/null", "--chdir=/tmp", "--wrap=sleep 2")
+        job_id = job_id.strip().split(";")[0]
+        began = datetime.now(UTC) - timedelta(seconds=1)
+        data = {"run": "lost-epilog", "cluster": "loopback", "gpus": 8, "nodes": ["gpu-001"], "job_id": job_id}
+        _post(url, headers, [_event("run.started", began, f"slurm:loopback:{job_id}:0:start", **data)])
+
+        def reconciled() -> list[dict]:
+            answer = requests.get(url + "/api/v1/runs/lost-epilog/goodput", headers=headers, timeout=30).json()
+            return [f for f in answer.get("data_quality", []) if f["code"] == "ended_by_reconciliation"]
+
+        (finding,) = wait_for(
+            reconciled, timeout=60, what="the run ended by the reconciliation on serve's beat", every=1
+        )
+        assert f"Slurm reports job {job_id} COMPLETED" in finding["what"]
 
 
 def _incident_titles(url: str, headers: dict) -> list[str]:

@@ -29,6 +29,12 @@ def watch_hangs() -> int:
     return detection.hangs_detect(now=now) + detection.silent_runs_detect(now=now)
 
 
+@shared_task(name="incidents.tasks.reconcile_schedulers", **retry_transient())
+def reconcile_schedulers() -> int:
+    """Runs the record calls running, against their Slurm or Kubernetes cluster's own view of their jobs."""
+    return detection.schedulers_reconcile(now=timezone.now())
+
+
 @shared_task(name="incidents.tasks.watch_heartbeats", **retry_transient())
 def watch_heartbeats() -> int:
     return detection.heartbeats_detect(now=timezone.now())

@@ -14,6 +14,7 @@ class AlertKind(StrEnum):
     HANG = "hang"  # the hang watchdog: no step for too long
     RUN_FAILED = "run_failed"  # the scheduler or trainer reported the run stopped
     RUN_SILENT = "run_silent"  # a restarting run that has said nothing for too long
+    JOB_UNKNOWN = "job_unknown"  # the record's run is on a job its scheduler no longer knows (the reconciliation)
     HEARTBEAT = "heartbeat"  # a node's agent stopped heartbeating
     NODE_STATE = "node_state"  # the scheduler took a node out
     STRAGGLER = "straggler"  # a rank slower than its peers, consistently

@@ -19,6 +19,9 @@ UNKNOWN_RESTORE = (
     "then (the run kept the state it had), else from the latest earlier checkpoint that survived the fault (durable "
     "by then, or a memory or local copy on nodes the fault spared), never before the previous interruption ended"
 )
+# The source of FleetOps' own end events written from a scheduler's view of a job whose end event never came (then
+# "/<cluster>"; incidents.detection.services.reconcile).
+RECONCILE_SOURCE = "fleetops/reconcile"
 # What the lifecycle's rules counted for an event that fits no attempt (runs.domain.lifecycle.Lifecycle.odd).
 _ODD = {
     "failure_before_start": ("run.failed before the run's first run.started", "counted nothing: nothing ran yet"),
@@ -198,6 +201,22 @@ def lifecycle_findings(odd: list, *, started_at: datetime | None) -> list[Findin
             what, at = f"{what}, stamped {at:%Y-%m-%d %H:%M:%S} UTC", started_at
         findings.append(Finding(code, what, at, (f"{event.source}#{event.id}",), resolution))
     return findings
+
+
+def reconciled_findings(ends: list[tuple[datetime, str, str, str]]) -> list[Finding]:
+    """A finding for each end FleetOps wrote from the scheduler's own view (RECONCILE_SOURCE), because the run's own
+    end event never came: (time, "source#id", type, reason)."""
+    return [
+        Finding(
+            "ended_by_reconciliation",
+            f"{type_} written by FleetOps: {reason}",
+            at,
+            (ref,),
+            "the attempt ends as the scheduler says, when it says; the job's own end event, should it come late, is a "
+            "second report of the same end",
+        )
+        for at, ref, type_, reason in ends
+    ]
 
 
 def _span(delta: timedelta) -> str:

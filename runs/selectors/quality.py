@@ -39,7 +39,7 @@ def run_quality_get(*, run: Run, version: str | None = None) -> list[quality.Fin
         return cache.get_or_set(f"fleetops:run:quality:{key}", lambda: run_quality_get(run=run), RECORD_CACHE_S)
     nodes = Attempt.sizing_node_count(run)
     events = events.order_by("time", "id")
-    started, restores, failures, told = None, [], [], []
+    started, restores, failures, told, reconciled = None, [], [], [], []
     # Of each event's data only what the lifecycle's rules read (a start's node list is thousands of names).
     claimed = None
     for source, event_id, type_, time, from_step, job_id, reason, detected_at, gpus in events.values_list(
@@ -56,6 +56,8 @@ def run_quality_get(*, run: Run, version: str | None = None) -> list[quality.Fin
         ref = f"{source}#{event_id}"
         data = {"job_id": job_id or "", "reason": reason or "", "from_step": from_step, "detected_at": detected_at}
         told.append(lifecycle.LifecycleEvent(time, type_, data, source, event_id))
+        if source.startswith(quality.RECONCILE_SOURCE + "/"):
+            reconciled.append((time, ref, type_, reason or ""))
         if type_ == "run.started" and (claimed is None or (gpus or 0) >= claimed):
             started, claimed = (time, ref), gpus or 0  # the latest start that claimed the most: the run's size
         elif type_ == "run.restored" and from_step is not None:
@@ -109,6 +111,7 @@ def run_quality_get(*, run: Run, version: str | None = None) -> list[quality.Fin
         )
         + quality.stop_findings(stops, writes, reached_step=reached)
         + quality.lifecycle_findings(odd, started_at=run.started_at)
+        + quality.reconciled_findings(reconciled)
     )
 
 

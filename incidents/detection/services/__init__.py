@@ -11,6 +11,7 @@ from incidents.detection.services.events import (
     events_detect,
     pending_detect,
 )
+from incidents.detection.services.reconcile import schedulers_reconcile
 from incidents.detection.services.watchdogs import (
     hangs_detect,
     heartbeats_detect,
@@ -29,6 +30,7 @@ __all__ = [
     "heartbeats_detect",
     "lemons_detect",
     "pending_detect",
+    "schedulers_reconcile",
     "sdc_detect",
     "silent_runs_detect",
     "stragglers_detect",

@@ -177,6 +177,26 @@ def run_silent(*, run: str, last_event_at: datetime, now: datetime, silent_s: fl
     )
 
 
+def job_unknown(*, run: str, run_state: str, job_id: str, scheduler: str) -> Finding:
+    """The record calls a run running or restarting on a job its scheduler no longer knows (the reconciliation with the
+    scheduler, incidents.detection.services.reconcile): the job ended longer ago than the scheduler keeps ended jobs,
+    with no accounting to ask, or was deleted. How it ended is not known, so nothing is ended or billed on its word."""
+    return Finding(
+        kind=AlertKind.JOB_UNKNOWN,
+        fingerprint=f"job_unknown:{run}:{job_id}",
+        severity="warning",
+        summary=f"{scheduler} no longer knows job {job_id} of {run}",
+        explanation=(
+            f"The record calls {run} {run_state} on job {job_id}, which {scheduler} no longer knows: it ended longer "
+            "ago than the scheduler keeps ended jobs and no accounting says how, or it was deleted. FleetOps does not "
+            f"guess how it ended: {run} stays {run_state} until its end event or a new attempt's start arrives. If "
+            "nothing runs it, cancel it (run.cancelled)."
+        ),
+        run=run,
+        evidence={"job_id": job_id, "scheduler": scheduler, "run_state": run_state},
+    )
+
+
 # Scheduler states that take a node out of service behind FleetOps' back. in_repair, burn_in, retired and
 # hot_spare are FleetOps' own lifecycle (an incident already explains them); suspect is a hint, not an outage.
 SCHEDULER_OUT_STATES = ("draining", "cordoned")

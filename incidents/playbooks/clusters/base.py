@@ -17,8 +17,9 @@ health checks run there). Each adapter maps them onto its scheduler (Slurm parti
 """
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from runs.domain.cloudevents import NODE_STATES
 
@@ -73,6 +74,8 @@ class JobStatus:
     raw_state: str
     nodes: list[str] = field(default_factory=list)
     restart_count: int = 0  # how many times the scheduler has restarted it: the requeue guard
+    ended_at: datetime | None = None  # when it ended (UTC), as the scheduler says; None while it runs or unsaid
+    reason: str = ""  # the scheduler's words for how it ended: "NonZeroExitCode, exit code 1", "BackoffLimitExceeded"
 
     def __post_init__(self):
         if self.state not in JOB_STATES:
@@ -147,6 +150,18 @@ class ClusterAdapter(ABC):
 
     @abstractmethod
     def job_status(self, job_id: str) -> JobStatus: ...
+
+    def jobs_status(self, job_ids: Iterable[str]) -> dict[str, JobStatus]:
+        """The jobs of these ids that the scheduler still knows, by id; one it has forgotten is left out (the
+        scheduler reconciliation says so rather than guess how it ended). An adapter that can read every job at once
+        does (Slurm: one squeue); this asks job_status once a job."""
+        found = {}
+        for job_id in dict.fromkeys(job_ids):
+            try:
+                found[job_id] = self.job_status(job_id)
+            except NotFoundError:
+                continue
+        return found
 
     def requeue_job(
         self,

@@ -164,10 +164,11 @@ class KubernetesAdapter(ClusterAdapter):
         job = self._call(self.batch.read_namespaced_job, name, namespace)
         pods = self._job_pods(job)
         status = job.status
-        conditions = {c.type: c.status for c in status.conditions or []}
-        if conditions.get("Complete") == "True":
+        conditions = {c.type: c for c in status.conditions or [] if c.status == "True"}
+        end = conditions.get("Complete") or conditions.get("Failed")  # its time and reason: how the job ended
+        if "Complete" in conditions:
             state, raw = "completed", "Complete"
-        elif conditions.get("Failed") == "True":
+        elif "Failed" in conditions:
             state, raw = "failed", "Failed"
         elif any(pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None for pod in pods):
             state, raw = "running", f"Active={status.active or 0}"
@@ -176,7 +177,15 @@ class KubernetesAdapter(ClusterAdapter):
         else:
             state, raw = "pending", "Suspended" if job.spec.suspend else f"Active={status.active or 0}"
         nodes = sorted({p.spec.node_name for p in pods if p.spec.node_name and not _finished(p)})
-        return JobStatus(f"{namespace}/{name}", state, raw, nodes=nodes, restart_count=status.failed or 0)
+        return JobStatus(
+            f"{namespace}/{name}",
+            state,
+            raw,
+            nodes=nodes,
+            restart_count=status.failed or 0,
+            ended_at=(end.last_transition_time or status.completion_time) if end else None,
+            reason=": ".join(filter(None, (end.reason, end.message))) if end else "",
+        )
 
     def health_check_result(self, name: str, check: str) -> HealthCheck:
         pods = self._check_pods(name, check)

@@ -25,6 +25,9 @@ How the operations map:
 - health checks: `sbatch -w NODE -p <its partition> --job-name=fleetops-hc:CHECK --wrap CMD`; the result is
   the job's end state and exit code (squeue keeps ended jobs for MinJobAge). A drained node runs no job,
   even in a maintenance reservation, so a check needs the node resumed in the repair pool first.
+- reading jobs at once (jobs_status, the reconciliation with the scheduler): one `squeue --json` for all, each ended
+  job with its end time, state reason and exit code; a job squeue no longer shows (ended longer ago than MinJobAge)
+  from `sacct --json -j`, which a cluster without accounting (no slurmdbd) refuses: such a job is left out.
 
 Errors: the clients' words decide the type (classify), a timeout is transient, and a missing client binary
 is refused.

@@ -4,6 +4,7 @@ import json
 import os
 import shlex
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from incidents.playbooks.clusters.base import (
@@ -30,6 +31,8 @@ from incidents.playbooks.clusters.slurm.parse import (
     expand_hostlist,
     job_state,
     node_state,
+    sacct_job,
+    squeue_job,
 )
 
 
@@ -89,15 +92,24 @@ class SlurmAdapter(ClusterAdapter):
         return [self._status(node, jobs) for node in nodes]
 
     def job_status(self, job_id: str) -> JobStatus:
-        job = self._job(job_id)
-        raw = job["job_state"]
-        return JobStatus(
-            job_id=str(job["job_id"]),
-            state=job_state(raw),
-            raw_state=raw,
-            nodes=expand_hostlist(job.get("nodes") or ""),
-            restart_count=int(job.get("restart_cnt") or 0),
-        )
+        return squeue_job(self._job(job_id))
+
+    def jobs_status(self, job_ids: Iterable[str]) -> dict[str, JobStatus]:
+        """One `squeue --json` for all of them; those it no longer shows (ended longer ago than MinJobAge) from one
+        `sacct --json`, where accounting answers. A cluster without accounting (slurmdbd) leaves them out."""
+        wanted = list(dict.fromkeys(str(job_id) for job_id in job_ids))
+        shown = {str(job["job_id"]): job for job in self._jobs()} if wanted else {}
+        found = {job_id: squeue_job(shown[job_id]) for job_id in wanted if job_id in shown}
+        forgotten = [job_id for job_id in wanted if job_id not in found]
+        if forgotten:
+            try:
+                rows = self._read_json(["sacct", "--json", "-j", ",".join(forgotten)], "jobs")
+            except (RefusedError, NotFoundError):  # "Slurm accounting storage is disabled", no sacct installed
+                rows = []
+            for job in filter(None, map(sacct_job, rows)):
+                if job.job_id in forgotten:
+                    found[job.job_id] = job
+        return found
 
     def health_check_result(self, name: str, check: str) -> HealthCheck:
         self._node(name)

@@ -2,9 +2,11 @@
 to FleetOps' words."""
 
 import re
+from datetime import UTC, datetime
 
 from incidents.playbooks.clusters.base import (
     ClusterError,
+    JobStatus,
     NotFoundError,
     RefusedError,
     TransientError,
@@ -64,6 +66,7 @@ _JOB_STATES = {
 
 
 _ON_NODE = ("running", "completing")
+_ENDED = ("completed", "failed", "cancelled")
 
 
 def classify(message: str) -> ClusterError:
@@ -129,3 +132,65 @@ def node_state(base: str, flags: list[str], *, running_jobs: bool, pool: str) ->
 
 def job_state(raw: str) -> str:
     return _JOB_STATES.get(raw.upper(), "failed")
+
+
+def squeue_job(raw: dict) -> JobStatus:
+    """A job as `squeue --json` shows it (22.05): flat fields, `exit_code` a wait(2) status, `end_time` in epoch
+    seconds (while it runs, when its time limit will end it: only an ended job's is kept)."""
+    state = raw["job_state"]
+    ended = job_state(state) in _ENDED
+    status = int(raw.get("exit_code") or 0)
+    return JobStatus(
+        job_id=str(raw["job_id"]),
+        state=job_state(state),
+        raw_state=state,
+        nodes=expand_hostlist(raw.get("nodes") or ""),
+        restart_count=int(raw.get("restart_cnt") or 0),
+        ended_at=_epoch(raw.get("end_time")) if ended else None,
+        reason=_end_reason(raw.get("state_reason"), status >> 8, status & 0x7F) if ended else "",
+    )
+
+
+def sacct_job(raw: dict) -> JobStatus | None:
+    """A job as `sacct --json` shows it (its dbv0.0.38 schema: `state` {current, reason}, `exit_code` {return_code,
+    signal {signal_id}}, `time` {end}; later versions wrap numbers as {"number": n} and states in lists). Accounting
+    does not say how often the job was restarted, and lists a requeued job's latest run: restart_count stays 0.
+    None when the record says no state (job_state would read that as a failure)."""
+    state = raw.get("state") or {}
+    current = state.get("current") or ""
+    raw_state = str(current[0] if isinstance(current, list) and current else current)
+    if not raw_state:
+        return None
+    exit_code = raw.get("exit_code") or {}
+    code, signal = _number(exit_code.get("return_code")), _number((exit_code.get("signal") or {}).get("signal_id"))
+    ended = job_state(raw_state) in _ENDED
+    return JobStatus(
+        job_id=str(raw["job_id"]),
+        state=job_state(raw_state),
+        raw_state=raw_state,
+        nodes=expand_hostlist(raw.get("nodes") or ""),
+        ended_at=_epoch((raw.get("time") or {}).get("end")) if ended else None,
+        reason=_end_reason(state.get("reason"), code, signal) if ended else "",
+    )
+
+
+def _number(value) -> int:
+    """An integer field of Slurm's JSON: plain (22.05) or {"set": true, "number": n} (23.02 on)."""
+    if isinstance(value, dict):
+        value = value.get("number") if value.get("set", True) else None
+    return int(value or 0)
+
+
+def _epoch(value) -> datetime | None:
+    seconds = _number(value)
+    return datetime.fromtimestamp(seconds, UTC) if seconds > 0 else None
+
+
+def _end_reason(state_reason: str | None, code: int, signal: int) -> str:
+    """How Slurm says a job ended, in its own words: "NonZeroExitCode, exit code 3", "TimeLimit, signal 15"."""
+    words = [state_reason] if state_reason and state_reason != "None" else []
+    if code:
+        words.append(f"exit code {code}")
+    if signal:
+        words.append(f"signal {signal}")
+    return ", ".join(words)

@@ -7,6 +7,7 @@ from); everything above it, the client's serialisation, its models and its excep
 import io
 import json
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -211,6 +212,24 @@ def test_requeue_moves_the_spare_into_the_pool_and_deletes_the_jobs_pods_once():
     assert len(replay.sent("DELETE")) == 2 and len(replay.sent("PATCH")) == 1
 
 
+def test_jobs_say_how_they_ended_and_a_deleted_one_is_left_out():
+    k8s, _ = adapter(
+        {
+            f"GET {JOB}": [(200, "job-llama3-70b-pretrain-failed.json")],
+            f"GET {JOB_PODS}": [(200, "pods-none.json")],
+            "GET /apis/batch/v1/namespaces/train/jobs/nope": [(404, "status-404-job.json")],
+        }
+    )
+
+    jobs = k8s.jobs_status(["train/llama3-70b-pretrain", "train/nope"])
+
+    assert list(jobs) == ["train/llama3-70b-pretrain"]  # deleted: how it ended is not known, so it is not said
+    job = jobs["train/llama3-70b-pretrain"]
+    assert (job.state, job.raw_state, job.restart_count) == ("failed", "Failed", 21)
+    assert job.reason == "BackoffLimitExceeded: Job has reached the specified backoff limit"
+    assert job.ended_at == datetime(2026, 11, 29, 4, 12, 41, tzinfo=UTC)
+
+
 def test_requeue_refuses_to_exclude_a_node_that_still_takes_pods():
     k8s, replay = adapter(
         {
@@ -326,6 +345,7 @@ def test_dry_run_plans_name_the_requests():
         ("pod-deleted.json", "V1Pod"),
         ("job-llama3-70b-pretrain.json", "V1Job"),
         ("job-llama3-70b-pretrain-restarted.json", "V1Job"),
+        ("job-llama3-70b-pretrain-failed.json", "V1Job"),
         ("healthcheck-pod-created.json", "V1Pod"),
         ("healthcheck-pods-passed.json", "V1PodList"),
         ("healthcheck-pods-failed.json", "V1PodList"),

@@ -7,11 +7,13 @@ its jobs cancelled. The pure parts (host lists, error words, states, plans) need
 import re
 import shutil
 import subprocess
+from datetime import UTC, datetime
 
 import pytest
 
 from incidents.playbooks.clusters.base import NotFoundError, RefusedError, TransientError
 from incidents.playbooks.clusters.slurm import SlurmAdapter, SlurmConfig, classify, expand_hostlist, node_state
+from incidents.playbooks.clusters.slurm.parse import sacct_job
 from tests.services import free_ports, wait_for
 
 CHECKS = {
@@ -202,6 +204,45 @@ def test_errors_are_typed(slurm, slurm_cluster):
         slurm_cluster.run("scancel", pinned)
 
 
+class Counting(SlurmAdapter):
+    """The real adapter, remembering which client each call ran."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.ran = []
+
+    def _run(self, args):
+        self.ran.append(args[0])
+        return super()._run(args)
+
+
+def test_jobs_are_read_at_once_with_how_they_ended(slurm_cluster):
+    """The reconciliation's read: one squeue for every job asked; one sacct for those squeue no longer shows, which
+    a cluster without accounting refuses, so a job Slurm has forgotten is left out rather than guessed."""
+    done = submit(slurm_cluster, "--partition=gpu", "--wrap=true")
+    failed = submit(slurm_cluster, "--partition=gpu", "--wrap=sleep 1; exit 3")
+    going = submit(slurm_cluster, "--partition=gpu", "--wrap=sleep 300")
+    slurm = Counting(SlurmConfig(slurm_conf=slurm_cluster.conf, timeout_s=20))
+    try:
+        wait_for(lambda: slurm.job_status(done).state == "completed", timeout=15, what="job completed")
+        wait_for(lambda: slurm.job_status(failed).state == "failed", timeout=15, what="job failed")
+        slurm.ran.clear()
+
+        jobs = slurm.jobs_status([done, failed, going, "999999", done])
+
+        assert slurm.ran == ["squeue", "sacct"]
+        assert set(jobs) == {done, failed, going}
+        assert (jobs[done].state, jobs[done].raw_state, jobs[done].reason) == ("completed", "COMPLETED", "")
+        assert (jobs[failed].state, jobs[failed].reason) == ("failed", "NonZeroExitCode, exit code 3")
+        assert jobs[done].ended_at is not None and jobs[failed].ended_at is not None
+        assert (jobs[going].state, jobs[going].ended_at, jobs[going].reason) in {
+            ("running", None, ""),
+            ("pending", None, ""),
+        }
+    finally:
+        slurm_cluster.run("scancel", going)
+
+
 def test_a_controller_that_does_not_answer_is_transient(slurm_cluster, tmp_path):
     port = free_ports(1)
     conf = slurm_cluster.root.joinpath("slurm.conf").read_text()
@@ -252,6 +293,31 @@ def test_dry_run_plans_are_the_commands():
     )
     with pytest.raises(ValueError, match="no plan"):
         slurm.describe_plan("reboot", name="gpu-003")
+
+
+def test_accounting_records_read_as_jobs():
+    """`sacct --json` rows in the shape of Slurm 22.05's dbv0.0.38 job schema (the OpenAPI description its
+    openapi_dbv0_0_38 plugin carries) and of 23.02 on, where numbers are {"set", "number"} and states lists."""
+    old = {
+        "job_id": 4711,
+        "nodes": "gpu-[001-002]",
+        "state": {"current": "TIMEOUT", "reason": "None"},
+        "exit_code": {"status": "SIGNALED", "return_code": 0, "signal": {"signal_id": 15, "name": "TERM"}},
+        "time": {"end": 1772361000, "start": 1772300000},
+    }
+    job = sacct_job(old)
+    assert (job.job_id, job.state, job.raw_state, job.reason) == ("4711", "failed", "TIMEOUT", "signal 15")
+    assert (job.nodes, job.ended_at) == (["gpu-001", "gpu-002"], datetime(2026, 3, 1, 10, 30, tzinfo=UTC))
+
+    new = {
+        "job_id": 4712,
+        "state": {"current": ["COMPLETED"], "reason": "None"},
+        "exit_code": {"status": ["SUCCESS"], "return_code": {"set": True, "infinite": False, "number": 0}},
+        "time": {"end": 1772361000},
+    }
+    assert (sacct_job(new).state, sacct_job(new).reason) == ("completed", "")
+    assert sacct_job({"job_id": 4713, "state": {"current": "RUNNING"}}).ended_at is None
+    assert sacct_job({"job_id": 4714, "state": {}}) is None  # no state said: not read as a failure
 
 
 def test_host_lists_expand_like_scontrol_show_hostnames():
