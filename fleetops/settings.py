@@ -403,6 +403,9 @@ LEMON_WINDOW_S = env.float("LEMON_WINDOW_S", default=7 * 86400.0)
 LEMON_THRESHOLD = env.int("LEMON_THRESHOLD", default=3)
 # A repair's usual length in hours, until the cluster's own repairs say otherwise (the spare pool size).
 REPAIR_HOURS_DEFAULT = env.float("REPAIR_HOURS_DEFAULT", default=48.0)
+# The least record a cluster's failure rate sizes its spare pool from: below it the pool says "not enough record" (an
+# hour of a new cluster with two failures is a rate of 2 an hour, which would ask for more spares than it has nodes).
+SPARE_MIN_RECORD_HOURS = env.float("SPARE_MIN_RECORD_HOURS", default=24.0)
 # A run's restart cost (fault to training again) before it has restarted once: what shrink-and-continue prices a
 # restart at (the advisor's R; the run's own median replaces it).
 RESTART_S_DEFAULT = env.float("RESTART_S_DEFAULT", default=600.0)

@@ -27,6 +27,9 @@ class SparePool:
     window_days: float  # the failures counted: those of the last window_days before `now`
     failures: int = 0  # of them
     hours: float = 0.0  # what they are spread over: the window, or the cluster's record when that is shorter
+    nodes: int = 0  # the cluster's nodes (not retired): no pool of it holds more
+    needed_uncapped: int = 0  # what the rate alone calls for, which may be more than the cluster holds
+    min_hours: float = 0.0  # the least record a rate is taken from (SPARE_MIN_RECORD_HOURS)
 
     @property
     def short_record(self) -> bool:
@@ -34,15 +37,27 @@ class SparePool:
         return self.hours < self.window_days * 24
 
     @property
+    def enough_record(self) -> bool:
+        """Record enough to size the pool: a rate from an hour of a new cluster (two failures: 2 an hour) would ask
+        for more spares than most clusters have nodes."""
+        return self.hours >= self.min_hours
+
+    @property
+    def capped(self) -> bool:
+        """The rate calls for more spares than the cluster has nodes: needed is all of them, and no pool suffices."""
+        return self.needed_uncapped > self.needed
+
+    @property
     def short(self) -> bool:
-        return self.spares < self.needed
+        return self.enough_record and self.spares < self.needed
 
 
 def fleet_spares(pools: dict[int, SparePool]) -> dict:
     """The fleet's line of the clusters' pools (spares serve their own cluster, so the needs add up): the weekly
     report's figure, from the same pools the overview shows a cluster at a time."""
     values = list(pools.values())
-    needed, hot = sum(p.needed for p in values), sum(p.spares for p in values)
+    sized = [p for p in values if p.enough_record]
+    needed, hot = sum(p.needed for p in sized), sum(p.spares for p in values)
     return {
         "failures_per_hour": sum(p.failures_per_hour for p in values),
         "repair_hours": max((p.repair_hours for p in values), default=settings.REPAIR_HOURS_DEFAULT),
@@ -52,6 +67,8 @@ def fleet_spares(pools: dict[int, SparePool]) -> dict:
         "needed": needed,
         "hot_spares": hot,
         "sufficient": hot >= needed,
+        "unsized": len(values) - len(sized),  # clusters with too little record to size: in no sum above
+        "min_hours": settings.SPARE_MIN_RECORD_HOURS,
     }
 
 
@@ -74,6 +91,7 @@ def spare_pools_get(*, now: datetime, window_days: float = 30, target: float = S
     )
     first_start = _per_cluster(Run.objects.filter(started_at__lt=now), "cluster_id", n=Min("started_at"))
     spares = _per_cluster(Node.objects.filter(state="hot_spare"), "cluster_id", n=Count("id"))
+    nodes = _per_cluster(Node.objects.exclude(state="retired"), "cluster_id", n=Count("id"))
     repairs = cache.get_or_set("spare-pools:repair-hours", _repair_hours, settings.SPARE_REPAIR_CACHE_S)
     pools = {}
     for cluster_id in Cluster.objects.values_list("pk", flat=True):
@@ -83,10 +101,11 @@ def spare_pools_get(*, now: datetime, window_days: float = 30, target: float = S
         repair_hours = statistics.median(measured) if measured else settings.REPAIR_HOURS_DEFAULT
         rate = failures.get(cluster_id, 0) / hours
         needed = spares_needed(failures_per_hour=rate, repair_hours=repair_hours, target=target)
+        size = nodes.get(cluster_id, 0)
         pools[cluster_id] = SparePool(
             cluster_id,
             spares.get(cluster_id, 0),
-            needed,
+            min(needed, size),
             rate,
             repair_hours,
             bool(measured),
@@ -94,6 +113,9 @@ def spare_pools_get(*, now: datetime, window_days: float = 30, target: float = S
             window_days,
             failures.get(cluster_id, 0),
             hours,
+            size,
+            needed,
+            settings.SPARE_MIN_RECORD_HOURS,
         )
     return pools
 
