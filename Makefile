@@ -29,7 +29,7 @@ migrate: $(STAMP)
 	$(BIN)/python manage.py migrate --noinput
 
 # Embedded default: SQLite under var/, a Celery worker with beat beside the web server on a broker folder under var/
-# (manage.py serve; Ctrl-C stops both). Demo data goes through the event intake.
+# (manage.py serve; Ctrl-C, SIGTERM or SIGHUP stops all three). Demo data goes through the event intake.
 run: migrate
 	$(BIN)/python manage.py load_demo --login
 	@echo "FleetOps on http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/v1/docs)"

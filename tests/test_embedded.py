@@ -1,5 +1,6 @@
 """The embedded default does the whole job (issue 18): what `make run` ends in, `manage.py serve`, on SQLite with no
-Redis, detects a hung run and a silent node by itself, through the worker and beat it starts beside the web server.
+Redis, detects a hung run and a silent node by itself, through the worker and beat it starts beside the web server;
+and a signal to it stops everything it started (issue 46).
 
 Real processes: the dev server and a Celery worker with beat on the broker folder (kombu's filesystem transport),
 on a SQLite file of their own; the hang floor and the heartbeat timeout lowered by their settings so that the first
@@ -15,8 +16,11 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 import requests
 
+from runs.management.commands.serve import STOP_GRACE_S
+from tests.conftest import require
 from tests.services import free_ports, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,17 +40,20 @@ def _event(type_: str, when: datetime, id_: str, **data) -> dict:
     return {"specversion": "1.0", "id": id_, "source": "embedded://test", "type": type_, "time": time_, "data": data}
 
 
-def test_make_run_detects_a_hang_and_a_silent_node_with_no_command_typed(tmp_path):
-    env = {
+def _embedded(tmp_path: Path, **settings: str) -> dict:
+    """The environment of `make run`'s embedded default, on a SQLite file and a broker folder under tmp_path."""
+    return {
         **{k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")},
         "DATABASE_URL": f"sqlite:///{tmp_path / 'fleetops.sqlite3'}",
         "EMBEDDED_BROKER_DIR": str(tmp_path / "broker"),
         "CELERY_TASK_ALWAYS_EAGER": "false",
-        "HANG_FLOOR_S": "30",
-        "HANG_K": "2",
-        "HEARTBEAT_TIMEOUT_S": "30",
         "PYTHONUNBUFFERED": "1",
+        **settings,
     }
+
+
+def test_make_run_detects_a_hang_and_a_silent_node_with_no_command_typed(tmp_path):
+    env = _embedded(tmp_path, HANG_FLOOR_S="30", HANG_K="2", HEARTBEAT_TIMEOUT_S="30")
     _manage(env, "migrate", "--noinput", "-v0")
     token = _manage(env, "create_api_token", "embedded", "--scopes", "events:write,read", "--role", "scheduler")
     token = token.strip().split()[-1]
@@ -105,3 +112,99 @@ def _answers(url: str) -> bool:
         return requests.get(url + "/login/", timeout=2).status_code == 200
     except requests.RequestException:
         return False
+
+
+@pytest.mark.reliability(
+    "A signal to manage.py serve (SIGTERM from a process manager or `kill`, SIGHUP from a closed terminal) ended it at "
+    "once and left the Celery worker and beat it had started running, orphaned, on the database and the broker folder",
+    how="manage.py serve on a free port with the embedded settings, its worker and beat up; then SIGTERM, SIGINT or "
+    "SIGHUP to serve's own process, not its group",
+    outcome="serve exits, and no process it started (the worker, beat) is left, within the worker's stop grace and 5 s",
+)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["TERM", "INT", "HUP"])
+def test_a_signal_to_serve_stops_everything_it_started(tmp_path, signum):
+    require(_processes_visible(), "psutil or /proc, to see serve's processes")
+    env = _embedded(tmp_path)
+    _manage(env, "migrate", "--noinput", "-v0")
+    log = (tmp_path / "serve.log").open("w")
+    serve = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", f"127.0.0.1:{free_ports(1)}"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    started: set[int] = set()
+
+    def worker_and_beat() -> set[int] | None:  # beat is the worker's child: both, what a signal must not leave
+        found = _descendants(serve.pid)
+        return found if len(found) >= 2 else None
+
+    try:
+        started = wait_for(worker_and_beat, timeout=120, what="serve's worker and beat to start")
+        time.sleep(2)  # past their start-up, which installs the handlers a stop goes through
+        started |= _descendants(serve.pid)
+        os.kill(serve.pid, signum)
+        serve.wait(STOP_GRACE_S + 5)
+        wait_for(lambda: not _running(started), timeout=5, what=f"the worker and beat ({sorted(started)}) to stop")
+    except BaseException:
+        log.flush()
+        print((tmp_path / "serve.log").read_text()[-4000:])
+        raise
+    finally:
+        for pid in _running(started | {serve.pid}):
+            os.kill(pid, signal.SIGKILL)
+        serve.wait(5)
+
+
+def _processes_visible() -> bool:
+    try:
+        import psutil  # noqa: F401
+    except ImportError:
+        return Path("/proc/self/stat").exists()
+    return True
+
+
+def _descendants(pid: int) -> set[int]:
+    """pid's children, theirs and so on: psutil's view where it is installed (make test has it), else /proc's."""
+    try:
+        import psutil
+    except ImportError:
+        table = _proc_table()
+        found, frontier = set(), {pid}
+        while frontier:
+            frontier = {child for child, (_, parent) in table.items() if parent in frontier} - found
+            found |= frontier
+        return found
+    try:
+        return {child.pid for child in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()
+
+
+def _running(pids: set[int]) -> set[int]:
+    """Those of pids still running; a zombie has ended (only its entry waits for a parent to reap it)."""
+    try:
+        import psutil
+    except ImportError:
+        table = _proc_table()
+        return {pid for pid in pids if pid in table and table[pid][0] != "Z"}
+    alive = set()
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.add(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def _proc_table() -> dict[int, tuple[str, int]]:
+    """/proc's processes: pid -> (state, parent pid)."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state, parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+        except (OSError, IndexError, ValueError):
+            continue  # ended while being read
+        table[int(entry.name)] = (state, int(parent))
+    return table
