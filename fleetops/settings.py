@@ -335,6 +335,7 @@ CELERY_BEAT_SCHEDULE = {
 DEMO_FEED = env.bool("DEMO_FEED", default=False)
 if DEMO_FEED:
     CELERY_BEAT_SCHEDULE["demo-feed"] = {"task": "incidents.tasks.demo_feed", "schedule": 60.0}
+DEMO_LOGIN_FILE = env.path("DEMO_LOGIN_FILE", default=BASE_DIR / "var" / "demo-login")  # incidents/demo/login.py
 
 # --- Security (docs/DEPLOY.md, "Production settings"; tests/security/) ---
 # Production is DEBUG off. Behind a TLS-terminating proxy (the default) the proxy must set X-Forwarded-Proto and
