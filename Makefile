@@ -30,11 +30,15 @@ migrate: $(STAMP)
 
 # Embedded default: SQLite under var/, a Celery worker with beat beside the web server on a broker folder under var/
 # (manage.py serve; Ctrl-C, SIGTERM or SIGHUP stops all three). Demo data goes through the event intake; loaded again
-# at each start it stores nothing twice, prints the same login (var/demo-login) and opens no new incident.
+# at each start it stores nothing twice, prints the same login (var/demo-login) and opens no new incident. `exec`: the
+# shell gives way to serve, so that a SIGTERM to make (which make passes to its recipe's process) reaches it.
+# MAKE_RUN_URL: unless PUBLIC_URL says otherwise, the links in its notifications (the demo's e-mails under var/mail/)
+# lead where it serves.
+run: export MAKE_RUN_URL = http://$(HOST):$(PORT)
 run: migrate
 	$(BIN)/python manage.py load_demo --login
 	@echo "FleetOps on http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/v1/docs)"
-	DEMO_FEED=true CELERY_TASK_ALWAYS_EAGER=false $(BIN)/python manage.py serve $(HOST):$(PORT)
+	DEMO_FEED=true CELERY_TASK_ALWAYS_EAGER=false exec $(BIN)/python manage.py serve $(HOST):$(PORT)
 
 # A new fault on the demo's run now (a GPU falls off the bus), as the first `make run` leaves one: a restart adds none.
 # While `make run` serves, FleetOps drains the node and the feed heals the run as it did the first. None while the

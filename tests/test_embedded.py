@@ -7,8 +7,10 @@ on a SQLite file of their own; the hang floor and the heartbeat timeout lowered 
 beat ticks (every 60 s) find them. Nothing is typed after the events are posted.
 """
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -126,32 +128,63 @@ def test_a_signal_to_serve_stops_everything_it_started(tmp_path, signum):
     require(_processes_visible(), "psutil or /proc, to see serve's processes")
     env = _embedded(tmp_path)
     _manage(env, "migrate", "--noinput", "-v0")
-    log = (tmp_path / "serve.log").open("w")
-    serve = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", f"127.0.0.1:{free_ports(1)}"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    started: set[int] = set()
+    command = [sys.executable, "manage.py", "serve", f"127.0.0.1:{free_ports(1)}"]
+    _signalled_leaves_nothing(command, env, tmp_path / "serve.log", signum, started=2)  # the worker, beat its child
 
-    def worker_and_beat() -> set[int] | None:  # beat is the worker's child: both, what a signal must not leave
-        found = _descendants(serve.pid)
-        return found if len(found) >= 2 else None
+
+@pytest.mark.reliability(
+    "SIGTERM to `make run` stopped make and the shell of its recipe, and left manage.py serve, its worker and beat "
+    "running; on another PORT the demo's e-mails still linked to port 8000",
+    how="make run PORT=<a free port> with the embedded settings (its venv and migrate done beforehand: make -o "
+    "migrate), the demo loaded and its login page answering there; then SIGTERM to make's process",
+    outcome="make exits, and no process it started (serve, the worker, beat) is left, within the worker's stop grace "
+    "and 5 s; the demo's page to its on-call e-mail links to the port it was served on",
+)
+def test_make_run_serves_on_its_port_and_sigterm_stops_everything_it_started(tmp_path):
+    require(shutil.which("make") is not None and _processes_visible(), "make, and psutil or /proc")
+    env = _embedded(tmp_path, DEMO_LOGIN_FILE=str(tmp_path / "demo-login"), EMAIL_FILE_PATH=str(tmp_path / "mail"))
+    del env["CELERY_TASK_ALWAYS_EAGER"]  # as make run has it: the demo loads in-process, serve's worker queues
+    env.pop("PUBLIC_URL", None)
+    _manage(env, "migrate", "--noinput", "-v0")
+    port = free_ports(1)
+    command = ["make", "-o", "migrate", "run", f"PORT={port}", f"BIN={Path(sys.executable).parent}"]
+    url = f"http://127.0.0.1:{port}"
+    _signalled_leaves_nothing(command, env, tmp_path / "make.log", signal.SIGTERM, started=3, url=url)
+    mails = [path.read_text() for path in (tmp_path / "mail").iterdir()]
+    assert mails and all(f"{url}/incidents/" in mail for mail in mails), mails[:1]
+
+
+def _signalled_leaves_nothing(
+    command: list[str], env: dict, log_path: Path, signum: int, *, started: int, url: str = ""
+) -> None:
+    """Start command, wait for `started` processes under it (and its login page at url), send signum to its own
+    process (not its group), and assert that it exits and that none of them outlives it."""
+    log = log_path.open("w")
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    seen: set[int] = set()
+
+    def all_started() -> set[int] | None:
+        assert process.poll() is None, f"{command[0]} exited with {process.returncode} before it had started all"
+        found = _descendants(process.pid)
+        return found if len(found) >= started and (not url or _answers(url)) else None
 
     try:
-        started = wait_for(worker_and_beat, timeout=120, what="serve's worker and beat to start")
+        seen = wait_for(all_started, timeout=240, what=f"{started} processes under {command[0]}")
         time.sleep(2)  # past their start-up, which installs the handlers a stop goes through
-        started |= _descendants(serve.pid)
-        os.kill(serve.pid, signum)
-        serve.wait(STOP_GRACE_S + 5)
-        wait_for(lambda: not _running(started), timeout=5, what=f"the worker and beat ({sorted(started)}) to stop")
+        seen |= _descendants(process.pid)
+        os.kill(process.pid, signum)
+        process.wait(STOP_GRACE_S + 5)
+        wait_for(lambda: not _running(seen), timeout=5, what=f"the processes it started ({sorted(seen)}) to stop")
     except BaseException:
         log.flush()
-        print((tmp_path / "serve.log").read_text()[-4000:])
+        print(log_path.read_text()[-4000:])
         raise
     finally:
-        for pid in _running(started | {serve.pid}):
-            os.kill(pid, signal.SIGKILL)
-        serve.wait(5)
+        left = _running(seen | {process.pid})
+        for pid in left | {child for parent in left for child in _descendants(parent)}:  # beat, if it came late
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        process.wait(5)
 
 
 def _processes_visible() -> bool:
