@@ -4,7 +4,9 @@ the same login and the login printed signs in.
 
 Kept rather than derived (from SECRET_KEY, say): the development key is in the repository, so a derived password
 would be anyone's. Kept and printed at every start rather than printed once when the user is made: a login shown
-once scrolls away with the first start's output, and the one shown last is the one a person copies.
+once scrolls away with the first start's output, and the one shown last is the one a person copies. The file's
+password is the demo login's: one changed in the console is set back at the next start (a login of one's own is
+`manage.py createsuperuser`'s).
 """
 
 import os
