@@ -12,7 +12,7 @@ BENCH_REDIS_URL ?= redis://127.0.0.1:6379/14
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test bench fuzz lint migrate worker clean reliability-doc lock audit screenshots
+.PHONY: install run demo-fault test bench fuzz lint migrate worker clean reliability-doc lock audit screenshots
 
 # Installs exactly the versions in requirements.lock (`make lock` writes it; `make audit` checks it).
 $(STAMP): pyproject.toml requirements.lock
@@ -29,11 +29,22 @@ migrate: $(STAMP)
 	$(BIN)/python manage.py migrate --noinput
 
 # Embedded default: SQLite under var/, a Celery worker with beat beside the web server on a broker folder under var/
-# (manage.py serve; Ctrl-C stops both). Demo data goes through the event intake.
+# (manage.py serve; Ctrl-C, SIGTERM or SIGHUP stops all three). Demo data goes through the event intake; loaded again
+# at each start it stores nothing twice, prints the same login (var/demo-login) and opens no new incident. `exec`: the
+# shell gives way to serve, so that a SIGTERM to make (which make passes to its recipe's process) reaches it.
+# MAKE_RUN_URL: unless PUBLIC_URL says otherwise, the links in its notifications (the demo's e-mails under var/mail/)
+# lead where it serves.
+run: export MAKE_RUN_URL = http://$(HOST):$(PORT)
 run: migrate
 	$(BIN)/python manage.py load_demo --login
 	@echo "FleetOps on http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/v1/docs)"
-	DEMO_FEED=true CELERY_TASK_ALWAYS_EAGER=false $(BIN)/python manage.py serve $(HOST):$(PORT)
+	DEMO_FEED=true CELERY_TASK_ALWAYS_EAGER=false exec $(BIN)/python manage.py serve $(HOST):$(PORT)
+
+# A new fault on the demo's run now (a GPU falls off the bus), as the first `make run` leaves one: a restart adds none.
+# While `make run` serves, FleetOps drains the node and the feed heals the run as it did the first. None while the
+# last one is still open.
+demo-fault: migrate
+	$(BIN)/python manage.py load_demo --fault
 
 # With DATABASE_URL and REDIS_URL set, the service tests run against PostgreSQL, Redis and a real worker.
 # PyTorch (CPU), Lightning and Transformers, for the training client's tests, are installed here only, never for

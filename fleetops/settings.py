@@ -328,6 +328,7 @@ if SCHEDULER_RECONCILE_S > 0:
 DEMO_FEED = env.bool("DEMO_FEED", default=False)
 if DEMO_FEED:
     CELERY_BEAT_SCHEDULE["demo-feed"] = {"task": "incidents.tasks.demo_feed", "schedule": 60.0}
+DEMO_LOGIN_FILE = env.path("DEMO_LOGIN_FILE", default=BASE_DIR / "var" / "demo-login")  # incidents/demo/login.py
 
 # --- Security (docs/DEPLOY.md, "Production settings"; tests/security/) ---
 # Production is DEBUG off. Behind a TLS-terminating proxy (the default) the proxy must set X-Forwarded-Proto and
@@ -462,8 +463,8 @@ INCIDENT_SEV1_USD_PER_MIN = env.float("INCIDENT_SEV1_USD_PER_MIN", default=None)
 INCIDENT_SEV2_USD_PER_MIN = env.float("INCIDENT_SEV2_USD_PER_MIN", default=None)
 
 # --- Outgoing notifications (incidents.notifications.services) ---
-# Links in webhooks and e-mails: the address people open FleetOps at, e.g. https://fleetops.example.com
-PUBLIC_URL = env.str("PUBLIC_URL", default="http://localhost:8000")
+# Links in webhooks and e-mails: where people open FleetOps, e.g. https://fleetops.example.com. Unset: where `make run`
+PUBLIC_URL = env.str("PUBLIC_URL", default=os.environ.get("MAKE_RUN_URL", "http://localhost:8000"))  # serves it
 NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", default=6)  # attempts per delivery, the first included
 NOTIFY_BACKOFF_S = env.float("NOTIFY_BACKOFF_S", default=30.0)  # before the 2nd attempt; doubles after each
 NOTIFY_TIMEOUT_S = env.float("NOTIFY_TIMEOUT_S", default=10.0)  # per HTTP request

@@ -21,13 +21,16 @@ from incidents.models import Incident, Postmortem, WebhookEndpoint
 from incidents.postmortems.services import postmortem_review
 from incidents.reports.services import report_generate
 from runs.domain.cloudevents import format_time
+from runs.domain.demo import DEMO_SOURCE
 from runs.domain.utcdays import week_start
+from runs.models import Event
 
 ONCALL = ("ana", "ben")  # the rotation: unusable passwords, they act only through this module
 ACK_MIN = (1.0, 4.0, 15.0)  # minutes from detection to a person's acknowledgement: low, mode, high (triangular)
 RESOLVE_MIN = (20.0, 45.0, 180.0)  # minutes from mitigation to a person resolving one whose node is in repair
 REVIEW_H = 20.0  # hours from resolution to the postmortem's review
 LIVE_FAULT_AGO = timedelta(minutes=4)  # the fault the demo leaves triggered
+LIVE_ID = "live-"  # how the ids of a live fault's events begin
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,15 @@ def mail_sink() -> str:
     return f"handed to {settings.EMAIL_BACKEND}"
 
 
+def demo_live_faults() -> list[datetime]:
+    """When each fault the demo left open happened (its run.failed), oldest first."""
+    return list(
+        Event.objects.filter(source=DEMO_SOURCE, type="run.failed", event_id__startswith=LIVE_ID)
+        .order_by("time")
+        .values_list("time", flat=True)
+    )
+
+
 def demo_live_fault(*, now: datetime, nodes: list[str], run: str, seed: int) -> list[dict]:
     """The fault the demo leaves open: a GPU on one of the run's nodes falls off the bus a few minutes ago (an Xid 79
     storm from its agent), and the scheduler reports the run failed a few seconds later. CloudEvents to post."""
@@ -150,7 +162,7 @@ def demo_live_fault(*, now: datetime, nodes: list[str], run: str, seed: int) -> 
     storm = [
         {
             "specversion": "1.0",
-            "id": f"live-{key}-xid-{i}",
+            "id": f"{LIVE_ID}{key}-xid-{i}",
             "source": f"nvml://{node}",
             "type": "gpu.xid",
             "time": format_time(at + timedelta(milliseconds=20 * i)),
@@ -160,8 +172,8 @@ def demo_live_fault(*, now: datetime, nodes: list[str], run: str, seed: int) -> 
     ]
     failed = {
         "specversion": "1.0",
-        "id": f"live-{key}-failed",
-        "source": "fleetops/demo",
+        "id": f"{LIVE_ID}{key}-failed",
+        "source": DEMO_SOURCE,
         "type": "run.failed",
         "time": format_time(at),
         "data": {

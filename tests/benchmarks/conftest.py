@@ -34,7 +34,7 @@ from runs.domain.simulator import SimulationConfig, Summary, simulate
 from .pageload import static_files  # noqa: F401 -- a fixture
 
 BENCH_DATABASE = "fleetops_bench"  # ours to create, and to drop and rebuild
-CONFIG = SimulationConfig()  # = manage.py simulate --gpus 16384 --days 54 --seed 1
+CONFIG = SimulationConfig()  # = manage.py simulate --gpus 16384 --days 54 --seed 1 --start 2026-01-05T00:00:00Z
 LOAD_RECORD = Path(settings.BASE_DIR) / "var" / "bench-load.json"  # how long the cached load took
 
 

@@ -1,5 +1,6 @@
 """manage.py load_demo: the simulated run through the intake, answered by its simulated rotation, one fault open."""
 
+import stat
 from datetime import timedelta
 from io import StringIO
 
@@ -8,7 +9,7 @@ import time_machine
 from django.core.management import call_command
 from django.utils import timezone
 
-from incidents.demo.feed import FEED_SOURCE
+from incidents.demo.feed import FEED_SOURCE, demo_feed
 from incidents.demo.services import ACK_MIN, RESOLVE_MIN
 from incidents.models import Delivery, Incident, PlaybookExecution, Postmortem, WeeklyReport
 from incidents.playbooks.clusters.simulated import SOURCE as CLUSTER_SOURCE
@@ -33,7 +34,8 @@ def run(*args) -> str:
     "load stores nothing and acts on nothing again",
 )
 @pytest.mark.django_db(transaction=True)  # commits as `make run` does: each batch applied and detected as it lands
-def test_load_demo_loads_a_week_answered_by_its_rotation_with_one_fault_open(django_user_model):
+def test_load_demo_loads_a_week_answered_by_its_rotation_with_one_fault_open(django_user_model, settings, tmp_path):
+    settings.DEMO_LOGIN_FILE = tmp_path / "demo-login"
     out = run("load_demo", "--login", "--days", "7")
     assert "Demo login: demo / " in out
     password = out.split("Demo login: demo / ")[1].split()[0]
@@ -82,3 +84,42 @@ def test_load_demo_loads_a_week_answered_by_its_rotation_with_one_fault_open(dja
     assert "Demo fleet: 0 events stored" in again and "0 incidents acknowledged" in again
     assert "the last fault is still open" in again
     assert Incident.objects.count() == past.count() + 1
+
+
+@pytest.mark.reliability(
+    "Every `make run` restart reset the demo password, so the login printed before stopped working, and once the "
+    "demo's fault had healed it injected a new Xid 79 fault and incident, while the rotation acknowledged the healed "
+    "one for the person it had been left for",
+    how="manage.py load_demo --login --days 2; the feed puts the run back to training over 10 min of travelled time; "
+    "load_demo --login again (a restart of make run), then load_demo --fault (make demo-fault)",
+    outcome="the restart prints the same login, which signs in, kept in a file only its owner may read; it opens no "
+    "incident and leaves the healed one unacknowledged; --fault opens one new triggered incident on the run",
+)
+@pytest.mark.django_db(transaction=True)
+def test_a_restart_prints_the_same_login_and_opens_no_incident(django_user_model, settings, tmp_path):
+    settings.DEMO_LOGIN_FILE = tmp_path / "var" / "demo-login"
+    first = run("load_demo", "--login", "--days", "2")
+    password = first.split("Demo login: demo / ")[1].split()[0]
+    assert stat.S_IMODE(settings.DEMO_LOGIN_FILE.stat().st_mode) == 0o600
+    (live,) = Incident.objects.filter(status="triggered")
+    start = timezone.now()
+    for minute in range(1, 11):  # the feed's minutes while make run serves: the run trains again, the fault heals
+        with time_machine.travel(start + timedelta(minutes=minute), tick=False):
+            demo_feed(now=timezone.now())
+    live.refresh_from_db()
+    assert live.status == "mitigated" and live.acknowledged_at is None
+    incidents = Incident.objects.count()
+
+    with time_machine.travel(start + timedelta(minutes=11), tick=True):
+        again = run("load_demo", "--login", "--days", "2")
+    assert f"Demo login: demo / {password}\n" in again and "no new fault" in again
+    assert django_user_model.objects.get(username="demo").check_password(password)
+    assert Incident.objects.count() == incidents
+    live.refresh_from_db()
+    assert live.acknowledged_at is None  # the rotation answers the history, not what was left for a person
+
+    with time_machine.travel(start + timedelta(minutes=12), tick=True):
+        asked = run("load_demo", "--fault", "--days", "2")
+    assert "one fault 4 min ago left open" in asked and Incident.objects.count() == incidents + 1
+    (new,) = Incident.objects.filter(status="triggered")
+    assert new != live and new.run == live.run

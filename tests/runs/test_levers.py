@@ -39,7 +39,8 @@ def test_the_record_built_from_the_stream_is_the_simulators_own_timeline(db, dja
     config = SimulationConfig(gpus=64, days=2, rate_per_gpu_hour=LLAMA3_RATE_PER_GPU_HOUR * 150, planned_stops=1)
     with django_capture_on_commit_callbacks(execute=True):
         call_command("simulate", "--gpus", "64", "--days", "2", "--rate", str(config.rate_per_gpu_hour),
-                     "--planned", "1", "--apply", stdout=open("/dev/null", "w"))  # fmt: skip
+                     "--planned", "1", "--start", config.start.isoformat(), "--apply",
+                     stdout=open("/dev/null", "w"))  # fmt: skip
     record = selectors.run_timeline_get(run=Run.objects.get(name=config.run))
     truth = simulate_timeline(config)
     assert len(record.interruptions) == len(truth.interruptions) >= 5
@@ -205,7 +206,8 @@ TINY = SimulationConfig(gpus=64, days=2, rate_per_gpu_hour=LLAMA3_RATE_PER_GPU_H
 def simulated(db, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         call_command("simulate", "--gpus", "64", "--days", "2", "--rate", str(TINY.rate_per_gpu_hour),
-                     "--planned", "1", "--apply", stdout=open("/dev/null", "w"))  # fmt: skip
+                     "--planned", "1", "--start", TINY.start.isoformat(), "--apply",
+                     stdout=open("/dev/null", "w"))  # fmt: skip
     return Run.objects.get(name=TINY.run)
 
 

@@ -8,15 +8,17 @@ import json
 import math
 import threading
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
-from runs.domain.cloudevents import EVENT_TYPES, parse_events
+from runs.domain.cloudevents import EVENT_TYPES, parse_events, parse_time
 from runs.domain.simulator import (
+    DEFAULT_START,
     LLAMA3_RATE_PER_GPU_HOUR,
     XID_MESSAGES,
     SimulationConfig,
@@ -239,7 +241,8 @@ def test_without_faults_it_trains_and_checkpoints_the_whole_time():
 
 # --- the command ---------------------------------------------------------------------------------------
 
-TINY = ["--gpus", "64", "--days", "2", "--rate", str(LLAMA3_RATE_PER_GPU_HOUR * 150), "--planned", "1"]
+TINY_NOW = ["--gpus", "64", "--days", "2", "--rate", str(LLAMA3_RATE_PER_GPU_HOUR * 150), "--planned", "1"]
+TINY = [*TINY_NOW, "--start", f"{DEFAULT_START:%Y-%m-%dT%H:%M:%SZ}"]  # tiny_config()'s window: the same stream
 
 
 def command(*args) -> str:
@@ -275,6 +278,21 @@ def test_a_run_left_running_has_no_end(tmp_path):
     path = tmp_path / "events.jsonl"
     command(*TINY, "--running", "--jsonl", str(path))
     assert '"run.completed"' not in path.read_text() and '"run.step"' in path.read_text()
+
+
+def test_its_default_window_ends_now(tmp_path):
+    """Without --start the run's days end now: one left running (--running) steps until now, where a fixed past
+    start left a run the record calls running whose last step was months ago."""
+    path = tmp_path / "events.jsonl"
+    before = timezone.now()
+    command("--gpus", "16", "--days", "2", "--rate", "0", "--planned", "0", "--running", "--jsonl", str(path))
+    after = timezone.now()
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    first = parse_time(events[0]["time"])
+    assert before - timedelta(days=2, minutes=1) <= first <= after - timedelta(days=2)
+    last_step = max(parse_time(e["time"]) for e in events if e["type"] == "run.step")
+    assert before - timedelta(minutes=2) <= last_step <= after  # a step event each minute of training
+    assert not of_type(events, "run.completed")
 
 
 def test_it_writes_jsonl_that_parses_to_the_same_stream(tmp_path):

@@ -180,7 +180,8 @@ def test_a_run_without_a_fast_tier_gets_a_plan_from_stated_defaults(reader, db, 
 
     with django_capture_on_commit_callbacks(execute=True):
         call_command("simulate", "--gpus", "64", "--days", "2", "--rate", str(LLAMA3_RATE_PER_GPU_HOUR * 150),
-                     "--planned", "1", "--apply", stdout=open("/dev/null", "w"))  # fmt: skip
+                     "--planned", "1", "--start", "2026-01-05T00:00:00Z", "--apply",
+                     stdout=open("/dev/null", "w"))  # fmt: skip
     body = reader.get("/api/v1/runs/llama3-405b-sim/advice").json()
     sources = body["tiers"]["sources"]
     assert sources["fast_s"] == sources["survive"] == sources["fast_restart_s"] == "default"

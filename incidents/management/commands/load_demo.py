@@ -1,18 +1,27 @@
 """manage.py load_demo: the demo fleet (runs.domain.demo) through the event intake, then its people
 (incidents.demo.services): a record with acknowledgements, resolutions, a reviewed postmortem, last week's report,
-and one fault left triggered a few minutes ago. Here, above both apps, because it drives both."""
+and, the first time, one fault left triggered a few minutes ago. Here, above both apps, because it drives both.
+
+`make run` runs it at every start: loaded again it stores nothing twice, prints the same login, and leaves no new
+fault unless asked (--fault, `make demo-fault`), since a restart is not something that happened to the fleet."""
 
 import logging
-import secrets
 from contextlib import contextmanager
 from datetime import timedelta
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from incidents.demo.feed import demo_feed
-from incidents.demo.services import LIVE_FAULT_AGO, demo_live_fault, demo_mail_endpoint, demo_people_act, mail_sink
+from incidents.demo.login import demo_login
+from incidents.demo.services import (
+    LIVE_FAULT_AGO,
+    demo_live_fault,
+    demo_live_faults,
+    demo_mail_endpoint,
+    demo_people_act,
+    mail_sink,
+)
 from runs.domain.demo import DEMO_CLUSTER, DEMO_DAYS, DEMO_MAX_OUT_SHARE, DEMO_RUN, demo_config
 from runs.domain.simulator import simulate
 from runs.management.commands.simulate import ingest
@@ -34,16 +43,26 @@ def _quiet(logger_name: str):
 class Command(BaseCommand):
     help = (
         "Load a simulated run (256 GPUs, the last three weeks) through the event intake, answered by a simulated "
-        "on-call rotation, with one fault left open now; create the demo login."
+        "on-call rotation, with one fault left open now the first time; create the demo login."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("--seed", type=int, default=1)
         parser.add_argument("--days", type=float, default=DEMO_DAYS, help=f"Days of history (default {DEMO_DAYS}).")
-        parser.add_argument("--login", action="store_true", help="Also create (or reset) a demo superuser.")
+        parser.add_argument(
+            "--login",
+            action="store_true",
+            help="Also create the demo superuser, its password made once and kept in settings.DEMO_LOGIN_FILE.",
+        )
+        parser.add_argument(
+            "--fault",
+            action="store_true",
+            help="Leave a new fault open now, as the first load does; loaded again without it, the demo adds none. "
+            "None while the last one is still open.",
+        )
         parser.add_argument("--username", default="demo")
 
-    def handle(self, *args, seed, days, login, username, **options):
+    def handle(self, *args, seed, days, login, fault, username, **options):
         now = timezone.now()
         # The history ends before the live fault, so the run's last steps do not follow its failure.
         history_end = now - LIVE_FAULT_AGO - timedelta(minutes=1)
@@ -59,12 +78,16 @@ class Command(BaseCommand):
                 .values_list("fault_at", flat=True)
                 .first()
             )
-            people = demo_people_act(now=now, until=min(history_end, down_since or history_end), seed=seed)
+            # The rotation answers the history, never a fault the demo left for the person who opens the console.
+            left = demo_live_faults()
+            until = min(t for t in (history_end, down_since, left[0] if left else None) if t is not None)
+            people = demo_people_act(now=now, until=until, seed=seed)
             attempt = run.attempts.order_by("-number").first()
             nodes = sorted(attempt.nodes.values_list("hostname", flat=True)) if attempt else []
-            fresh = bool(nodes) and down_since is None
+            fresh = bool(nodes) and down_since is None and (fault or not left)
             mail = demo_mail_endpoint()  # before the live fault: its page goes out, the history's went long ago
-            live = ingest(demo_live_fault(now=now, nodes=nodes, run=DEMO_RUN, seed=seed)) if fresh else None
+            # Another seed for each: another node and GPU than the last one's.
+            live = ingest(demo_live_fault(now=now, nodes=nodes, run=DEMO_RUN, seed=seed + len(left))) if fresh else None
             # The agents' heartbeats now: the history's last ones are minutes old, and a watchdog sweeping before
             # the feed's first minute (make run) would find every node silent.
             demo_feed(now=timezone.now())
@@ -74,19 +97,17 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Demo rotation: {people.acknowledged} incidents acknowledged, {people.resolved_by_fleetops} resolved by "
             f"FleetOps and {people.resolved_by_people} by people, {people.closed} postmortem reviewed and closed, "
-            f"last week's report #{people.report_id}; "
-            + (
-                f"one fault {LIVE_FAULT_AGO.seconds // 60} min ago left open."
-                if live
-                else "the last fault is still open."
-            )
+            f"last week's report #{people.report_id}; " + self._fault_said(live, down_since)
         )
         self.stdout.write(f"Demo notifications: e-mail to {mail.url}, {mail_sink()}.")
-        if not login:
-            return
-        password = secrets.token_urlsafe(9)
-        user, _ = get_user_model().objects.get_or_create(username=username, defaults={"is_staff": True})
-        user.is_staff = user.is_superuser = True
-        user.set_password(password)
-        user.save()
-        self.stdout.write(self.style.SUCCESS(f"Demo login: {username} / {password}"))
+        if login:
+            password = demo_login(username=username)
+            self.stdout.write(self.style.SUCCESS(f"Demo login: {username} / {password}"))
+
+    @staticmethod
+    def _fault_said(live, down_since) -> str:
+        if live:
+            return f"one fault {LIVE_FAULT_AGO.seconds // 60} min ago left open."
+        if down_since is not None:
+            return "the last fault is still open."
+        return "no new fault (--fault, or `make demo-fault`, leaves one)."

@@ -3,17 +3,48 @@
 Without Redis the broker is a folder (settings.EMBEDDED_BROKER_DIR, kombu's filesystem transport), so nothing but
 this command has to run: the worker applies events, runs the detectors' periodic sweeps (hangs, heartbeats,
 stragglers, silent data corruption, lemons), resumes playbooks and retries deliveries with their countdowns, prunes
-and writes the weekly report, on the schedule production's beat keeps (settings.CELERY_BEAT_SCHEDULE). Ctrl-C stops
-both.
+and writes the weekly report, on the schedule production's beat keeps (settings.CELERY_BEAT_SCHEDULE).
+
+Ctrl-C, SIGTERM (a process manager, `kill`) and SIGHUP (a closed terminal) stop both: the worker is asked to stop,
+given STOP_GRACE_S to finish the task in hand, then its process group (it and beat) is killed. The worker has a
+process group of its own, so that only this command signals it: Ctrl-C reaching it as well would be a second stop
+request (Celery's cold shutdown), and a SIGHUP would restart it.
 """
 
 import os
+import signal
 import subprocess
 import sys
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOP_GRACE_S = 10  # for the worker's task in hand; tasks are acks_late and safe to run twice, so a kill loses none
+
+
+def _exit_on_signal(signum, frame):
+    """SIGTERM and SIGHUP end the process at once by default, past every `finally`: as an exit they unwind through
+    runserver to the one that stops the worker (SIGINT does already, as KeyboardInterrupt)."""
+    raise SystemExit(128 + signum)
+
+
+def stop_worker(worker: subprocess.Popen) -> None:
+    """Ask the worker to stop (warm shutdown: it stops beat), wait up to STOP_GRACE_S, then kill its process group:
+    whatever of it is left, beat included."""
+    for signum in STOP_SIGNALS:  # a second Ctrl-C must not cut this short and leave the worker running
+        signal.signal(signum, signal.SIG_IGN)
+    worker.terminate()
+    try:
+        worker.wait(STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(worker.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # the group is empty: the worker and beat have stopped
+    worker.wait()
 
 
 class Command(BaseCommand):
@@ -25,16 +56,18 @@ class Command(BaseCommand):
     def handle(self, *args, addrport, **options):
         if settings.CELERY_TASK_ALWAYS_EAGER:
             raise CommandError("Set CELERY_TASK_ALWAYS_EAGER=false: with a worker beside it, the web server queues.")
-        worker = subprocess.Popen(self.worker_command(), env={**os.environ, "CELERY_TASK_ALWAYS_EAGER": "false"})
-        self.stdout.write(f"Celery worker and beat started (pid {worker.pid}), queues: {', '.join(self.queues())}")
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _exit_on_signal)
+        worker = None
         try:
+            worker = subprocess.Popen(
+                self.worker_command(), env={**os.environ, "CELERY_TASK_ALWAYS_EAGER": "false"}, process_group=0
+            )
+            self.stdout.write(f"Celery worker and beat started (pid {worker.pid}), queues: {', '.join(self.queues())}")
             call_command("runserver", addrport, use_reloader=False)
         finally:
-            worker.terminate()
-            try:
-                worker.wait(15)
-            except subprocess.TimeoutExpired:
-                worker.kill()
+            if worker is not None:
+                stop_worker(worker)
 
     @staticmethod
     def queues() -> list[str]:

@@ -12,15 +12,15 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from itertools import islice
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from runs.domain.cloudevents import parse_time
 from runs.domain.simulator import (
-    DEFAULT_START,
     LLAMA3_RATE_PER_GPU_HOUR,
     SimulationConfig,
     Summary,
@@ -134,6 +134,13 @@ def _start(value: str) -> datetime:
     return moment.astimezone(UTC)
 
 
+def window_start(*, now: datetime, days: float) -> datetime:
+    """The start of a window of `days` that ends now: a run the record calls running (--running) steps until now, not
+    until some fixed day in the past whose silence since would read as training. The end is whole minutes, so that
+    the same command in the same minute gives the same event ids (and stores nothing twice)."""
+    return now.replace(second=0, microsecond=0) - timedelta(days=days)
+
+
 class Command(BaseCommand):
     help = (
         "Simulate a training run on a GPU cluster (Llama 3 failure rate and causes by default) and send its "
@@ -145,7 +152,10 @@ class Command(BaseCommand):
         parser.add_argument("--days", type=float, default=54, help="Wall-clock length of the run (default 54).")
         parser.add_argument("--seed", type=int, default=1)
         parser.add_argument(
-            "--start", type=_start, default=DEFAULT_START, help=f"RFC 3339 (default {DEFAULT_START:%Y-%m-%dT%H:%MZ})."
+            "--start",
+            type=_start,
+            help="RFC 3339 (default: --days before now, so that the run's last event is now; a fixed start gives the "
+            "same stream whenever it is made).",
         )
         parser.add_argument("--interval-min", type=float, default=30, help="Checkpoint interval, minutes of training.")
         parser.add_argument(
@@ -203,11 +213,12 @@ class Command(BaseCommand):
         if options["write_s"] is not None:
             extra["checkpoint_blocking"] = Triangular(options["write_s"], options["write_s"], options["write_s"])
         try:
+            start = options["start"] or window_start(now=timezone.now(), days=options["days"])
             return SimulationConfig(
                 gpus=options["gpus"],
                 days=options["days"],
                 seed=options["seed"],
-                start=options["start"],
+                start=start,
                 checkpoint_interval_s=options["interval_min"] * 60,
                 rate_per_gpu_hour=options["rate"],
                 planned_stops=options["planned"],
@@ -216,5 +227,7 @@ class Command(BaseCommand):
                 completes=not options["running"],
                 **extra,
             )
+        except OverflowError:
+            raise CommandError(f"--days {options['days']:g} reaches past the calendar") from None
         except ValueError as exc:
             raise CommandError(str(exc)) from None
