@@ -31,7 +31,8 @@ PAGE_CAPS = {  # every page 3 for the nav's count of what needs a person, 1 for 
     # I/O 3: its writes, its nodes, the cluster's storage load)
     "node": 15,  # 13, 14 on PostgreSQL
     "board": 15,  # 14: the page's rows; the counts of all pages; the runs' shrunk attempts 1
-    "incident": 25,  # 24: alerts in 3 (counts, hosts, each kind's newest), the timeline in 2 (ids, entries shown)
+    "incident": 26,  # 25: alerts in 3 (counts, hosts, each kind's newest), the timeline in 2 (ids, entries shown);
+    # its severity's runs affected 1
     "postmortem": 14,  # 12, 13 on PostgreSQL
     "reports": 8,  # 7
     "report": 8,  # 7
@@ -47,7 +48,7 @@ API_CAPS = {
     "nodes": 5,  # 4
     "node": 6,  # 5
     "incidents": 12,  # 10
-    "incident": 12,  # 10
+    "incident": 14,  # 13: its severity's runs affected 1
     "run-goodput": 15,  # 12, 14 on PostgreSQL: 6, and 6 for its data-quality findings (starts, restores, failures,
     # checkpoints)
     "run-advice": 12,  # 10, 11 on PostgreSQL: the record version and its two-tier measure (its interruptions,

@@ -6,6 +6,7 @@
 - nodes: the nodes of an incident, its playbooks, and the lemon nodes.
 - figures: response metrics and the counts /metrics exports.
 - preferences: a person's time zone.
+- severity: what an incident's impact grades, against which thresholds (the grading service, the page and the API).
 """
 
 from incidents.selectors.board import (
@@ -54,6 +55,11 @@ from incidents.selectors.preferences import (
     time_zone_get,
     zone_names,
 )
+from incidents.selectors.severity import (
+    SeverityGrade,
+    incident_grade_get,
+    severity_thresholds,
+)
 from incidents.selectors.timeline import (
     ALERTS_SHOWN,
     BURST,
@@ -82,6 +88,7 @@ __all__ = [
     "OpenFigures",
     "OpenSummary",
     "SeverityCount",
+    "SeverityGrade",
     "cost_per_minute_usd",
     "delivery_counts_get",
     "gpus_idle_get",
@@ -89,6 +96,7 @@ __all__ = [
     "incident_board_get",
     "incident_counts_get",
     "incident_faults_span_get",
+    "incident_grade_get",
     "incident_impact",
     "incident_impacts_get",
     "incident_nodes_get",
@@ -106,6 +114,7 @@ __all__ = [
     "playbook_active_get",
     "playbook_counts_get",
     "response_metrics_get",
+    "severity_thresholds",
     "time_zone_get",
     "zone_names",
 ]
