@@ -111,12 +111,24 @@ def _any(incident: Incident, alerts: list[Alert] | None, test, **where) -> bool:
 
 def _runs_affected(incident: Incident) -> int:
     """Its run, and the other runs a fault on its nodes stopped within the grouping window of its start (one switch
-    or node taking two jobs down): what the runs threshold counts."""
+    or node taking two jobs down): what the runs threshold counts. The other runs' faults in the window are read first
+    and the incident's nodes only for theirs: most windows hold none, and an incident of 16,384 nodes polled every
+    10 s is not joined to its nodes for nothing."""
     window = timedelta(seconds=settings.INCIDENT_GROUP_WINDOW_S)
-    others = Interruption.objects.filter(
-        planned=False,
-        node__in=incident.nodes.all(),
-        fault_at__gte=incident.started_at - window,
-        fault_at__lte=incident.started_at + window,
-    ).values_list("run_id", flat=True)
-    return len({incident.run_id, *others} - {None})
+    others = list(
+        Interruption.objects.filter(
+            planned=False,
+            fault_at__gte=incident.started_at - window,
+            fault_at__lte=incident.started_at + window,
+            node__isnull=False,
+        )
+        .exclude(run_id=incident.run_id)
+        .values_list("node_id", "run_id")
+    )
+    through = Incident.nodes.through.objects.filter(incident_id=incident.pk)
+    hit = (
+        set(through.filter(node_id__in={node for node, _ in others}).values_list("node_id", flat=True))
+        if others
+        else set()
+    )
+    return len({incident.run_id, *(run for node, run in others if node in hit)} - {None})

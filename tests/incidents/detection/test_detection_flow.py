@@ -567,6 +567,24 @@ def test_an_outage_over_before_any_sweep_is_graded_in_full_when_it_is_mitigated(
     assert "GPU-h lost, SEV2 at 200 GPU-h; 256 GPUs idled ($10.67/min)" in entry.text
 
 
+def test_one_node_stopping_two_runs_grades_both_incidents_by_the_runs_affected(post):
+    """Two 4-GPU runs share n2; its GPU falls off the bus and both stop: 4 GPUs idled each is SEV3, two runs SEV2."""
+    from incidents import services
+
+    story = []
+    for run in ("r1", "r2"):
+        story += [event("run.started", at(0), f"{run}-0", run=run, cluster="c1", gpus=4, nodes=["n2"], job_id=run)]
+        story += [event("run.step", at(m), f"{run}-s{m}", run=run, step=m) for m in range(1, 45)]
+        story += [event("run.failed", at(45), f"{run}-f", run=run, reason="GPU fell off the bus", node="n2", xid=79)]
+    with time_machine.travel(at(46)):
+        post(story)
+        services.incidents_reassess(now=at(46))
+    for incident in Incident.objects.all():
+        assert incident.severity == "SEV2", incident.run.name
+        entry = incident.timeline.filter(kind="severity").latest("id")
+        assert "from impact: 2 runs affected, SEV2 at 2; 4 GPUs idled ($0.17/min)" in entry.text
+
+
 def _signed_in(client, django_user_model):
     user = django_user_model.objects.create_user("oncall-1", password="s3cret-pass")
     user.groups.add(Group.objects.get(name="oncall"))
