@@ -3,6 +3,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from incidents import selectors
+from incidents.domain.advice import STATES
 from incidents.models import Alert, Incident, TimelineEntry
 
 
@@ -20,6 +21,19 @@ class ImpactSerializer(serializers.Serializer):
     gpus_idled = serializers.IntegerField(help_text="The GPUs its faults idled, now or before (severity's input).")
 
 
+class AdviceSerializer(serializers.Serializer):
+    """The recommended action with the incident's automation read (docs/DOMAIN.md section 5)."""
+
+    state = serializers.ChoiceField(
+        choices=STATES, help_text="Where automation stands: manual (no playbook ran), running, waiting_approval, "
+        "refused, failed, aborted or done."
+    )  # fmt: skip
+    done = serializers.CharField(help_text="What FleetOps did and where its playbook stands, a sentence.")
+    left = serializers.CharField(help_text="What is left for a person.")
+    alerts = serializers.CharField(help_text="What the alerts recommend, whatever automation did.")
+    playbook = serializers.CharField(help_text='The execution read, "drain-and-replace #3"; empty when none ran.')
+
+
 class IncidentSerializer(serializers.ModelSerializer):
     run = serializers.CharField(source="run.name", allow_null=True, read_only=True)
     nodes = serializers.SlugRelatedField(slug_field="hostname", many=True, read_only=True)
@@ -27,6 +41,10 @@ class IncidentSerializer(serializers.ModelSerializer):
     assignees = serializers.SlugRelatedField(slug_field="username", many=True, read_only=True)
     alerts = serializers.SerializerMethodField()
     impact = serializers.SerializerMethodField()
+    recommended_action = serializers.SerializerMethodField(
+        help_text="What is left for a person, then what FleetOps did: `advice` in one line."
+    )
+    advice = serializers.SerializerMethodField()
 
     class Meta:
         model = Incident
@@ -40,6 +58,7 @@ class IncidentSerializer(serializers.ModelSerializer):
             "run",
             "nodes",
             "recommended_action",
+            "advice",
             "started_at",
             "detected_at",
             "acknowledged_at",
@@ -59,6 +78,18 @@ class IncidentSerializer(serializers.ModelSerializer):
             "firing": sum(1 for _, _, state in alerts if state == "firing"),
             "fingerprints": sorted({fingerprint for fingerprint, _, _ in alerts}),
         }
+
+    def get_recommended_action(self, obj) -> str:
+        return self._advice(obj).text
+
+    def get_advice(self, obj) -> AdviceSerializer:
+        return AdviceSerializer(self._advice(obj)).data
+
+    def _advice(self, obj):
+        advices = self.context.setdefault("advices", {})  # a list reads them all at once (IncidentViewSet.list)
+        if obj.pk not in advices:
+            advices[obj.pk] = selectors.incident_advice_get(incident=obj)
+        return advices[obj.pk]
 
     def get_impact(self, obj) -> ImpactSerializer:
         return ImpactSerializer(self._impact(obj)).data

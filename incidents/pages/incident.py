@@ -100,6 +100,7 @@ def incident_context(request, incident: Incident, *, error: str = "") -> dict:
         "escalate_to": _one_up(incident.severity),
         "error": error,
         "playbooks": playbooks,
+        "advice": selectors.advice_of(incident=incident, executions=playbooks),
         "playbooks_active": any(execution.is_active for execution in playbooks),
         "playbook_choices": PLAYBOOK_CHOICES,
         "now": now,

@@ -6,9 +6,15 @@
 - nodes: the nodes of an incident, its playbooks, and the lemon nodes.
 - figures: response metrics and the counts /metrics exports.
 - preferences: a person's time zone.
+- advice: an incident's recommended action with its automation read (done, running, refused, waiting).
 - severity: what an incident's impact grades, against which thresholds (the grading service, the page and the API).
 """
 
+from incidents.selectors.advice import (
+    advice_of,
+    incident_advice_get,
+    incidents_advice_get,
+)
 from incidents.selectors.board import (
     CLOSED,
     NEEDS_PERSON,
@@ -71,6 +77,7 @@ from incidents.selectors.timeline import (
 )
 
 __all__ = [
+    "advice_of",
     "AFFECTED_LISTED",
     "ALERTS_SHOWN",
     "AffectedNodes",
@@ -92,6 +99,7 @@ __all__ = [
     "cost_per_minute_usd",
     "delivery_counts_get",
     "gpus_idle_get",
+    "incident_advice_get",
     "incident_alert_groups_get",
     "incident_board_get",
     "incident_counts_get",
@@ -103,6 +111,7 @@ __all__ = [
     "incident_playbooks_get",
     "incident_refusals_get",
     "incident_timeline_get",
+    "incidents_advice_get",
     "incidents_burning_get",
     "incidents_list",
     "lemon_nodes_get",
