@@ -457,9 +457,9 @@ METRICS_EVENTS_SETTLE_S = env.float("METRICS_EVENTS_SETTLE_S", default=30.0)
 METRICS_MAX_RUNS = env.int("METRICS_MAX_RUNS", default=50)
 if METRICS_MAX_RUNS < 0:
     raise ImproperlyConfigured("METRICS_MAX_RUNS must be 0 (every run folded) or more")
-# Severity's thresholds over incidents/domain/severity.py's, e.g. "gpus=256,runs=2,gpu_hours=100" (DOMAIN.md section 6)
-INCIDENT_SEV1, INCIDENT_SEV2 = env.dict("INCIDENT_SEV1", default={}), env.dict("INCIDENT_SEV2", default={})
-INCIDENT_SEV1_USD_PER_MIN = env.float("INCIDENT_SEV1_USD_PER_MIN", default=None)  # unset: the GPUs' $/min stand
+# Severity by cost as well (docs/DOMAIN.md section 6): SEV1 and SEV2 from this many dollars a minute burning. Unset,
+# GPUs idled grade alone (at one price a dollar threshold is a GPU threshold); set them where GPU prices differ.
+INCIDENT_SEV1_USD_PER_MIN = env.float("INCIDENT_SEV1_USD_PER_MIN", default=None)
 INCIDENT_SEV2_USD_PER_MIN = env.float("INCIDENT_SEV2_USD_PER_MIN", default=None)
 
 # --- Outgoing notifications (incidents.notifications.services) ---

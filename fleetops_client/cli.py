@@ -257,10 +257,7 @@ def incident_text(incident) -> str:
         lines.append(f"  {alert['status']:<8} {alert['kind']:<10} {_cut(where, 14):<14} {_cut(alert['summary'], 42)}")
     if len(incident.get("alert_list", [])) > 20:
         lines.append(f"  and {len(incident['alert_list']) - 20:,} more (--json for all)")
-    advice = incident.get("advice")  # what is left for a person, once automation is read; older servers lack it
-    if advice:
-        lines += ["recommended", *_wrap(advice["left"], "  "), "automation", *_wrap(advice["done"], "  ")]
-    elif incident["recommended_action"]:
+    if incident["recommended_action"]:
         lines += ["recommended", *_wrap(incident["recommended_action"], "  ")]
     if incident.get("timeline"):
         lines.append("timeline")

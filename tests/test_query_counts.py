@@ -30,9 +30,8 @@ PAGE_CAPS = {  # every page 3 for the nav's count of what needs a person, 1 for 
     "run": 32,  # 29, 31 on PostgreSQL (6 of them its data-quality findings; its shrunk attempts 1; its checkpoint
     # I/O 3: its writes, its nodes, the cluster's storage load)
     "node": 15,  # 13, 14 on PostgreSQL
-    "board": 16,  # 15: the page's rows; the counts of all pages; the runs' shrunk attempts 1; the advice's playbooks 1
-    "incident": 26,  # 25: alerts in 3 (counts, hosts, each kind's newest), the timeline in 2 (ids, entries shown);
-    # its severity's runs affected 1
+    "board": 15,  # 14: the page's rows; the counts of all pages; the runs' shrunk attempts 1
+    "incident": 25,  # 24: alerts in 3 (counts, hosts, each kind's newest), the timeline in 2 (ids, entries shown)
     "postmortem": 14,  # 12, 13 on PostgreSQL
     "reports": 8,  # 7
     "report": 8,  # 7
@@ -47,8 +46,8 @@ API_CAPS = {
     "run-checkpoints": 6,  # 5
     "nodes": 5,  # 4
     "node": 6,  # 5
-    "incidents": 14,  # 13: the advice's playbooks 1
-    "incident": 15,  # 14: the advice's playbooks 1, its severity's runs affected 1
+    "incidents": 12,  # 10
+    "incident": 12,  # 10
     "run-goodput": 15,  # 12, 14 on PostgreSQL: 6, and 6 for its data-quality findings (starts, restores, failures,
     # checkpoints)
     "run-advice": 12,  # 10, 11 on PostgreSQL: the record version and its two-tier measure (its interruptions,

@@ -1,9 +1,7 @@
-from django.conf import settings
 from django.utils import timezone
 from rest_framework import serializers
 
 from incidents import selectors
-from incidents.domain.advice import STATES
 from incidents.models import Alert, Incident, TimelineEntry
 
 
@@ -21,19 +19,6 @@ class ImpactSerializer(serializers.Serializer):
     gpus_idled = serializers.IntegerField(help_text="The GPUs its faults idled, now or before (severity's input).")
 
 
-class AdviceSerializer(serializers.Serializer):
-    """The recommended action with the incident's automation read (docs/DOMAIN.md section 5)."""
-
-    state = serializers.ChoiceField(
-        choices=STATES, help_text="Where automation stands: manual (no playbook ran), running, waiting_approval, "
-        "refused, failed, aborted or done."
-    )  # fmt: skip
-    done = serializers.CharField(help_text="What FleetOps did and where its playbook stands, a sentence.")
-    left = serializers.CharField(help_text="What is left for a person.")
-    alerts = serializers.CharField(help_text="What the alerts recommend, whatever automation did.")
-    playbook = serializers.CharField(help_text='The execution read, "drain-and-replace #3"; empty when none ran.')
-
-
 class IncidentSerializer(serializers.ModelSerializer):
     run = serializers.CharField(source="run.name", allow_null=True, read_only=True)
     nodes = serializers.SlugRelatedField(slug_field="hostname", many=True, read_only=True)
@@ -41,10 +26,6 @@ class IncidentSerializer(serializers.ModelSerializer):
     assignees = serializers.SlugRelatedField(slug_field="username", many=True, read_only=True)
     alerts = serializers.SerializerMethodField()
     impact = serializers.SerializerMethodField()
-    recommended_action = serializers.SerializerMethodField(
-        help_text="What is left for a person, then what FleetOps did: `advice` in one line."
-    )
-    advice = serializers.SerializerMethodField()
 
     class Meta:
         model = Incident
@@ -58,7 +39,6 @@ class IncidentSerializer(serializers.ModelSerializer):
             "run",
             "nodes",
             "recommended_action",
-            "advice",
             "started_at",
             "detected_at",
             "acknowledged_at",
@@ -79,26 +59,10 @@ class IncidentSerializer(serializers.ModelSerializer):
             "fingerprints": sorted({fingerprint for fingerprint, _, _ in alerts}),
         }
 
-    def get_recommended_action(self, obj) -> str:
-        return self._advice(obj).text
-
-    def get_advice(self, obj) -> AdviceSerializer:
-        return AdviceSerializer(self._advice(obj)).data
-
-    def _advice(self, obj):
-        advices = self.context.setdefault("advices", {})  # a list reads them all at once (IncidentViewSet.list)
-        if obj.pk not in advices:
-            advices[obj.pk] = selectors.incident_advice_get(incident=obj)
-        return advices[obj.pk]
-
     def get_impact(self, obj) -> ImpactSerializer:
-        return ImpactSerializer(self._impact(obj)).data
-
-    def _impact(self, obj) -> selectors.Impact:
-        impacts = self.context.setdefault("impacts", {})  # a list computes them all at once (IncidentViewSet.list)
-        if obj.pk not in impacts:
-            impacts[obj.pk] = selectors.incident_impact(incident=obj, now=timezone.now())
-        return impacts[obj.pk]
+        impacts = self.context.get("impacts")  # a list computes them all at once (IncidentViewSet.list)
+        impact = impacts[obj.pk] if impacts and obj.pk in impacts else None
+        return ImpactSerializer(impact or selectors.incident_impact(incident=obj, now=timezone.now())).data
 
 
 class AlertSerializer(serializers.ModelSerializer):
@@ -133,69 +97,12 @@ class TimelineEntrySerializer(serializers.ModelSerializer):
         fields = ["at", "actor", "kind", "text", "data"]
 
 
-class ThresholdsSerializer(serializers.Serializer):
-    gpus = serializers.IntegerField(help_text="GPUs idled that reach this level.")
-    usd_per_min = serializers.FloatField(help_text="Those GPUs' burn at GPU_HOUR_COST_USD, $/min.")
-    runs = serializers.IntegerField(help_text="Runs affected that reach this level.")
-    gpu_hours = serializers.FloatField(help_text="GPU-hours lost that reach this level.")
-    own_usd_per_min = serializers.FloatField(
-        allow_null=True, help_text="A dollar threshold of its own (INCIDENT_SEV<n>_USD_PER_MIN); null when unset."
-    )
-    words = serializers.CharField()
-
-
-class SeverityGradeSerializer(serializers.Serializer):
-    """What impact grades the incident now (docs/DOMAIN.md section 6). The incident's `severity` is never lowered by
-    FleetOps and a person may have set it: it can be worse than this."""
-
-    severity = serializers.CharField(help_text="SEV1..SEV4 as the figures grade it now.")
-    because = serializers.CharField(help_text="The threshold that decided it, in words.")
-    gpus_idled = serializers.IntegerField()
-    usd_per_min = serializers.FloatField(help_text="The GPUs idled at GPU_HOUR_COST_USD, $/min.")
-    runs_affected = serializers.IntegerField()
-    gpu_hours_lost = serializers.FloatField()
-    critical_alert = serializers.BooleanField(help_text="A critical alert fires (SEV3 at least).")
-    sev1 = ThresholdsSerializer()
-    sev2 = ThresholdsSerializer()
-
-
 class IncidentDetailSerializer(IncidentSerializer):
     alert_list = AlertSerializer(source="alerts", many=True, read_only=True)
     timeline = serializers.SerializerMethodField()
-    severity_grade = serializers.SerializerMethodField()
 
     class Meta(IncidentSerializer.Meta):
-        fields = [*IncidentSerializer.Meta.fields, "severity_grade", "alert_list", "timeline"]
-
-    def get_severity_grade(self, obj) -> SeverityGradeSerializer:
-        alerts = list(obj.alerts.all())  # prefetched by the view
-        graded = selectors.incident_grade_get(incident=obj, impact=self._impact(obj), alerts=alerts)
-        price, figures = settings.GPU_HOUR_COST_USD, graded.figures
-        words = graded.thresholds()
-
-        def level(limits, name):
-            return {
-                "gpus": limits.gpus,
-                "usd_per_min": limits.gpus * price / 60,
-                "runs": limits.runs,
-                "gpu_hours": limits.gpu_hours,
-                "own_usd_per_min": limits.usd_per_min,
-                "words": words[name],
-            }
-
-        return SeverityGradeSerializer(
-            {
-                "severity": graded.severity,
-                "because": graded.grade.because,
-                "gpus_idled": figures.gpus_idled,
-                "usd_per_min": figures.usd_per_min,
-                "runs_affected": figures.runs_affected,
-                "gpu_hours_lost": figures.lost,
-                "critical_alert": figures.critical_alert,
-                "sev1": level(graded.sev1, "SEV1"),
-                "sev2": level(graded.sev2, "SEV2"),
-            }
-        ).data
+        fields = [*IncidentSerializer.Meta.fields, "alert_list", "timeline"]
 
     def get_timeline(self, obj) -> list[dict]:
         # Refusals are audit entries: kept, but not part of the story the timeline tells.

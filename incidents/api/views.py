@@ -75,7 +75,6 @@ class IncidentViewSet(viewsets.ReadOnlyModelViewSet):
         context = {
             **self.get_serializer_context(),
             "impacts": selectors.incident_impacts_get(incidents=rows, now=timezone.now()),
-            "advices": selectors.incidents_advice_get(incidents=rows),
         }
         data = self.get_serializer_class()(rows, many=True, context=context).data
         return self.get_paginated_response(data) if page is not None else Response(data)

@@ -1,4 +1,4 @@
-"""Incident response metrics (MTTD, MTTA, MTTM, MTTR; docs/DOMAIN.md section 6). Severity: incidents/domain/severity.py.
+"""Incident response metrics (MTTD, MTTA, MTTM, MTTR) and severity from impact (docs/DOMAIN.md section 5).
 
 Pure: no Django import. Selectors pass incident timestamps as `IncidentTimes` and an explicit window
 [since, until). Times are timezone-aware datetimes; every duration is in seconds.
@@ -112,3 +112,53 @@ def weekly_response(
         weeks.append((monday.date(), response_metrics(by_week[monday.date()], since=start, until=end)))
         start = end
     return weeks
+
+
+SEVERITIES = ("SEV1", "SEV2", "SEV3", "SEV4")  # most severe first
+
+
+def severity_from_impact(
+    *,
+    gpus_idle: int,
+    runs_affected: int,
+    gpu_hours_lost: float = 0.0,
+    cost_per_minute_usd: float = 0.0,
+    sev1_gpus: int = 1024,
+    sev1_runs: int = 2,
+    sev1_gpu_hours: float = 1000.0,
+    sev1_usd_per_min: float | None = None,
+    sev2_gpus: int = 256,
+    sev2_gpu_hours: float = 100.0,
+    sev2_usd_per_min: float | None = None,
+) -> str:
+    """SEV1..SEV4 from what an incident stops and what it has cost; the first rule that holds wins.
+
+    - SEV1: gpus_idle >= 1,024, runs_affected >= 2, gpu_hours_lost >= 1,000, or $/min >= sev1_usd_per_min (if set):
+      fleet-scale harm.
+    - SEV2: gpus_idle >= 256, gpu_hours_lost >= 100, or $/min >= sev2_usd_per_min (if set): one large run stopped,
+      or a long outage.
+    - SEV3: any GPU idle, any GPU-hour lost, or any run affected (a slowed run idles no GPU but still loses goodput).
+    - SEV4: nothing idle, nothing lost, no run affected: a node or GPU to look at before it hurts.
+    Dollar thresholds are off by default: at one price per GPU-hour they are GPU thresholds under another name.
+    """
+
+    def costs(threshold: float | None) -> bool:
+        return threshold is not None and cost_per_minute_usd >= threshold
+
+    if (
+        gpus_idle >= sev1_gpus
+        or runs_affected >= sev1_runs
+        or gpu_hours_lost >= sev1_gpu_hours
+        or costs(sev1_usd_per_min)
+    ):
+        return "SEV1"
+    if gpus_idle >= sev2_gpus or gpu_hours_lost >= sev2_gpu_hours or costs(sev2_usd_per_min):
+        return "SEV2"
+    if gpus_idle > 0 or gpu_hours_lost > 0 or runs_affected > 0:
+        return "SEV3"
+    return "SEV4"
+
+
+def more_severe(a: str, b: str) -> str:
+    """The more severe of two severities."""
+    return min(a, b, key=SEVERITIES.index)

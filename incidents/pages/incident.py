@@ -57,8 +57,7 @@ def _part_context(request, incident: Incident, part: str) -> dict:
     10 s, and the whole page's reads (16,384 alerts and nodes at the scale of issue 20) are not theirs to pay."""
     now = timezone.now()
     if part == "impact":
-        impact = selectors.incident_impact(incident=incident, now=now)
-        return {"incident": incident, "impact": impact, "grade": _grade(incident, impact), "now": now}
+        return {"incident": incident, "impact": selectors.incident_impact(incident=incident, now=now), "now": now}
     refusals = selectors.incident_refusals_get(incident=incident) if is_admin(request.user) else []
     return {"incident": incident, "timeline": _timeline(incident), "refusals": refusals, "now": now}
 
@@ -68,13 +67,8 @@ def _timeline(incident: Incident) -> dict:
     return {"entries": entries, "count": sum(getattr(entry, "count", 1) for entry in entries)}
 
 
-def _grade(incident: Incident, impact: selectors.Impact) -> selectors.SeverityGrade:
-    return selectors.incident_grade_get(incident=incident, impact=impact)
-
-
 def incident_context(request, incident: Incident, *, error: str = "") -> dict:
     user, assignees, now = request.user, list(incident.assignees.all()), timezone.now()
-    impact = selectors.incident_impact(incident=incident, now=now)
     playbooks = selectors.incident_playbooks_get(incident=incident)
     affected = selectors.incident_nodes_get(incident=incident)
     alert_groups = selectors.incident_alert_groups_get(incident=incident, hostnames=affected.by_id)
@@ -84,8 +78,7 @@ def incident_context(request, incident: Incident, *, error: str = "") -> dict:
     incident.alert_count = sum(group.occurrences for group in alert_groups)
     return {
         "incident": incident,
-        "impact": impact,
-        "grade": _grade(incident, impact),
+        "impact": selectors.incident_impact(incident=incident, now=now),
         "alert_groups": alert_groups,
         "alert_total": sum(group.total for group in alert_groups),
         "alerts_shown": selectors.ALERTS_SHOWN,
@@ -100,7 +93,6 @@ def incident_context(request, incident: Incident, *, error: str = "") -> dict:
         "escalate_to": _one_up(incident.severity),
         "error": error,
         "playbooks": playbooks,
-        "advice": selectors.advice_of(incident=incident, executions=playbooks),
         "playbooks_active": any(execution.is_active for execution in playbooks),
         "playbook_choices": PLAYBOOK_CHOICES,
         "now": now,

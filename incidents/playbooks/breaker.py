@@ -1,5 +1,5 @@
 """The circuit breaker in front of every drain (incidents/domain/playbooks.py: BreakerFigures). Open, it pages a human
-(a "paged" entry on the timeline; the severity stays as impact grades it) and refuses the step.
+(the incident's severity one level up) and refuses the step.
 
 What counts as out of service is not the reported state alone, which a scheduler's or agent's token could rewrite:
 it is the union of three views. The record's reported states; the nodes FleetOps drained and has not returned

@@ -6,15 +6,8 @@
 - nodes: the nodes of an incident, its playbooks, and the lemon nodes.
 - figures: response metrics and the counts /metrics exports.
 - preferences: a person's time zone.
-- advice: an incident's recommended action with its automation read (done, running, refused, waiting).
-- severity: what an incident's impact grades, against which thresholds (the grading service, the page and the API).
 """
 
-from incidents.selectors.advice import (
-    advice_of,
-    incident_advice_get,
-    incidents_advice_get,
-)
 from incidents.selectors.board import (
     CLOSED,
     NEEDS_PERSON,
@@ -61,11 +54,6 @@ from incidents.selectors.preferences import (
     time_zone_get,
     zone_names,
 )
-from incidents.selectors.severity import (
-    SeverityGrade,
-    incident_grade_get,
-    severity_thresholds,
-)
 from incidents.selectors.timeline import (
     ALERTS_SHOWN,
     BURST,
@@ -77,7 +65,6 @@ from incidents.selectors.timeline import (
 )
 
 __all__ = [
-    "advice_of",
     "AFFECTED_LISTED",
     "ALERTS_SHOWN",
     "AffectedNodes",
@@ -95,23 +82,19 @@ __all__ = [
     "OpenFigures",
     "OpenSummary",
     "SeverityCount",
-    "SeverityGrade",
     "cost_per_minute_usd",
     "delivery_counts_get",
     "gpus_idle_get",
-    "incident_advice_get",
     "incident_alert_groups_get",
     "incident_board_get",
     "incident_counts_get",
     "incident_faults_span_get",
-    "incident_grade_get",
     "incident_impact",
     "incident_impacts_get",
     "incident_nodes_get",
     "incident_playbooks_get",
     "incident_refusals_get",
     "incident_timeline_get",
-    "incidents_advice_get",
     "incidents_burning_get",
     "incidents_list",
     "lemon_nodes_get",
@@ -123,7 +106,6 @@ __all__ = [
     "playbook_active_get",
     "playbook_counts_get",
     "response_metrics_get",
-    "severity_thresholds",
     "time_zone_get",
     "zone_names",
 ]

@@ -6,11 +6,10 @@ from django.db import transaction
 from django.db.models import Exists, Max, OuterRef, Q
 from django.utils import timezone
 
-from incidents.domain.severity import SEVERITIES
 from incidents.models import Alert, Incident, Postmortem, Preference, TimelineEntry
 from incidents.postmortems.services import postmortem_draft
 from incidents.selectors import incident_impact
-from incidents.selectors.severity import incident_grade_get
+from incidents.services.severity import _SEVERITIES, _by_rank, _severity
 from incidents.services.timeline import FLEETOPS, Actor, IncidentError, _entry, _locked, _when
 
 
@@ -54,24 +53,27 @@ def incident_commander_set(*, incident: Incident, actor: Actor, commander) -> In
 def incident_escalate(*, incident: Incident, actor: Actor, reason: str = "") -> Incident:
     """One severity level up, fixed by a person from now on."""
     incident = _locked(incident)
-    position = SEVERITIES.index(incident.severity)
+    position = _SEVERITIES.index(incident.severity)
     if position == 0:
         raise IncidentError("This incident is already SEV1.")
-    return _severity_set(incident, actor, SEVERITIES[position - 1], reason or "escalated", kind="escalated")
+    return _severity_set(incident, actor, _SEVERITIES[position - 1], reason or "escalated", kind="escalated")
 
 
 @transaction.atomic
 def incident_severity_set(*, incident: Incident, actor: Actor, severity: str, reason: str) -> Incident:
-    if severity not in SEVERITIES:
-        raise IncidentError(f"Severity must be one of {', '.join(SEVERITIES)}.")
+    if severity not in _SEVERITIES:
+        raise IncidentError(f"Severity must be one of {', '.join(_SEVERITIES)}.")
     return _severity_set(_locked(incident), actor, severity, reason, kind="severity")
 
 
 def _severity_set(incident: Incident, actor: Actor, severity: str, reason: str, *, kind: str) -> Incident:
     before = incident.severity
     # What impact graded then, priced: automation moves a person's severity again only for impact graded worse.
-    impact = incident_impact(incident=incident, now=timezone.now())
-    graded = incident_grade_get(incident=incident, impact=impact).severity
+    alerts = list(incident.alerts.all())
+    firing = _by_rank(a for a in alerts if a.status == "firing")
+    graded, _ = _severity(
+        incident, firing[0] if firing else None, alerts, incident_impact(incident=incident, now=timezone.now())
+    )
     incident.severity, incident.severity_overridden = severity, True
     incident.save(update_fields=["severity", "severity_overridden"])
     _entry(

@@ -7,8 +7,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from incidents.models import Alert, Incident, RunDiscard, TimelineEntry
-from incidents.selectors import incident_impact
-from incidents.services.severity import incident_refresh
+from incidents.services.severity import _SEVERITIES, incident_refresh
 from incidents.services.timeline import Actor, IncidentError, _entry, _locked
 from runs.models import Event, Node, Run
 
@@ -25,31 +24,26 @@ def incident_mitigate(*, incident: Incident, text: str, at: datetime | None = No
 
 
 def incident_page_human(*, incident: Incident, why: str) -> None:
-    """Automation stopped and a person must decide: a "paged" entry on the timeline (notified as `paged`), saying why.
-    The severity stays: it is graded from impact (docs/DOMAIN.md section 6), and automation stopping adds none; a
-    person who finds it worse escalates, an explicit action on the timeline."""
+    """Automation stopped and a person must decide: escalate one level and say why on the timeline."""
     with transaction.atomic():
         incident = _locked(incident)
-        _entry(
-            incident,
-            kind="paged",
-            text=f"Paged a human: {why}. Severity stays {incident.severity}, as impact grades it (escalate to raise "
-            "it)",
-            data={"severity": incident.severity},
-        )
+        position = _SEVERITIES.index(incident.severity)
+        if position > 0:
+            incident.severity = _SEVERITIES[position - 1]
+            incident.save(update_fields=["severity"])
+        _entry(incident, kind="paged", text=f"Paged a human: {why}")
 
 
 def run_mitigated(*, run: Run, at: datetime, text: str) -> None:
     """The run trains again, or ended: its open, unmitigated incident that began by then is mitigated (a late event
-    from before it began says nothing of it), and graded in full as of then: its loss is known now (its rewound work
-    with the restore), and an outage shorter than the minute sweep, or replayed from history, is priced all the same."""
+    from before it began says nothing of it)."""
     for incident in Incident.objects.select_for_update().filter(
         run=run, status__in=[Incident.Status.TRIGGERED, Incident.Status.ACKNOWLEDGED], started_at__lte=at
     ):
         incident.status, incident.mitigated_at = Incident.Status.MITIGATED, at
         incident.save(update_fields=["status", "mitigated_at"])
         _entry(incident, kind="mitigated", at=at, text=text)
-        incident_refresh(incident=incident, at=at, impact=incident_impact(incident=incident, now=at))
+        incident_refresh(incident=incident, at=at)
 
 
 OUT_OF_SERVICE = ("draining", "cordoned", "in_repair", "burn_in", "retired")  # a node that can hurt no job

@@ -1,23 +1,26 @@
 """An incident's severity graded from its impact (docs/DOMAIN.md section 6) and its recommended action,
 kept up to date as alerts come and go and while an outage lasts."""
 
-from dataclasses import asdict
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 
-from incidents.domain.severity import SEVERITIES, more_severe
+from incidents.domain.alert_kinds import RUN_STOPS
+from incidents.domain.response import more_severe, severity_from_impact
 from incidents.models import Alert, Incident
-from incidents.selectors import incident_impacts_get
-from incidents.selectors.severity import incident_grade_get
+from incidents.selectors import cost_per_minute_usd, incident_impacts_get
 from incidents.services.timeline import _entry
+from runs.models import Interruption
 
 _ALERT_RANK = {"critical": 0, "error": 1, "warning": 2, "info": 3}
 
 
+_SEVERITIES = ("SEV1", "SEV2", "SEV3", "SEV4")
+
+
 def incident_refresh(*, incident: Incident, at: datetime | None = None, impact=None) -> None:
-    """Recompute the recommended action from its alerts and the severity from impact (selectors.incident_grade_get),
-    every change on the timeline with the threshold that moved it and the figures. Without `impact` (each alert
+    """Recompute the recommended action from its alerts and the severity from impact. Without `impact` (each alert
     opened or cleared) the grade is what the alerts say at once: a run's fault idles its GPUs; the minute sweep
     (incidents_reassess) prices the incident and grades the GPU-hours lost and the runs affected as well."""
     with transaction.atomic():
@@ -32,8 +35,8 @@ def incident_refresh(*, incident: Incident, at: datetime | None = None, impact=N
         if action != incident.recommended_action:
             incident.recommended_action = action
             fields.append("recommended_action")
-        graded = incident_grade_get(incident=incident, impact=impact, alerts=alerts)
-        severity = _raised(incident, graded.severity)
+        graded, why = _severity(incident, firing[0] if firing else None, alerts, impact)
+        severity = _raised(incident, graded)
         if severity != incident.severity:
             # Set first: the entry's notifications describe the incident as it is (a mail said "[SEV4] ... SEV4 →
             # SEV2").
@@ -42,14 +45,8 @@ def incident_refresh(*, incident: Incident, at: datetime | None = None, impact=N
                 incident,
                 kind="severity",
                 at=at,
-                text=f"Severity {before} → {severity} from impact: {graded.grade.because}; {graded.figures.words()}",
-                data={
-                    "from": before,
-                    "to": severity,
-                    "impact": graded.severity,
-                    "because": graded.grade.because,
-                    "figures": asdict(graded.figures),
-                },
+                text=f"Severity {before} → {severity} from impact: {why}",
+                data={"from": before, "to": severity, "impact": graded},
             )
             fields.append("severity")
         if fields:
@@ -61,6 +58,44 @@ def _by_rank(alerts) -> list[Alert]:
     return sorted(alerts, key=lambda a: _ALERT_RANK.get(a.severity, 3))
 
 
+def _severity(incident: Incident, worst: Alert | None, alerts: list[Alert], impact=None) -> tuple[str, str]:
+    """The severity the incident's impact grades (docs/DOMAIN.md section 6), and why in words. From the record, not
+    the moment: the GPUs its faults idled (now or before), the GPU-hours they lost so far, the runs its faults hit;
+    so a replay grades an incident as the live stream did once it was over. Without `impact`: the alerts' grade."""
+    run = incident.run
+    if impact is None:
+        faulted = run is not None and any(a.kind in RUN_STOPS for a in alerts)
+        gpus, lost, runs = (run.gpu_count if faulted else 0), None, int(run is not None)
+    else:
+        gpus, lost, runs = impact.gpus_idled, impact.gpu_hours_lost, _runs_affected(incident)
+    severity = severity_from_impact(
+        gpus_idle=gpus,
+        runs_affected=runs,
+        gpu_hours_lost=lost or 0.0,
+        cost_per_minute_usd=cost_per_minute_usd(gpus),
+        sev1_usd_per_min=settings.INCIDENT_SEV1_USD_PER_MIN,
+        sev2_usd_per_min=settings.INCIDENT_SEV2_USD_PER_MIN,
+    )
+    lost_words = "" if lost is None else f", {lost:,.1f} GPU-h lost"
+    why = f"{gpus:,} GPUs idled{lost_words}, {runs} run(s) affected"
+    if worst is not None and worst.severity == "critical" and severity == "SEV4":
+        severity, why = "SEV3", why + ", a critical alert"  # a critical hardware fault is worth a look before it hurts
+    return severity, why
+
+
+def _runs_affected(incident: Incident) -> int:
+    """Its run, and the other runs a fault on its nodes stopped within the grouping window of its start (one switch
+    or node taking two jobs down): what the "two runs" rule counts."""
+    window = timedelta(seconds=settings.INCIDENT_GROUP_WINDOW_S)
+    others = Interruption.objects.filter(
+        planned=False,
+        node__in=incident.nodes.all(),
+        fault_at__gte=incident.started_at - window,
+        fault_at__lte=incident.started_at + window,
+    ).values_list("run_id", flat=True)
+    return len({incident.run_id, *others} - {None})
+
+
 def _raised(incident: Incident, graded: str) -> str:
     """What the incident's severity becomes for `graded`: never lower (the worst it was stays, so a mitigated
     incident keeps the severity its outage earned); once someone set it by hand, moved only by impact graded worse
@@ -69,7 +104,7 @@ def _raised(incident: Incident, graded: str) -> str:
         return more_severe(incident.severity, graded)
     entry = incident.timeline.filter(data__has_key="set_at_impact").order_by("-at", "-id").first()
     at_setting = entry.data["set_at_impact"] if entry is not None else None
-    if at_setting not in SEVERITIES or SEVERITIES.index(graded) >= SEVERITIES.index(at_setting):
+    if at_setting not in _SEVERITIES or _SEVERITIES.index(graded) >= _SEVERITIES.index(at_setting):
         return incident.severity
     return more_severe(incident.severity, graded)
 

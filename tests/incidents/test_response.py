@@ -1,4 +1,4 @@
-"""Response metrics (incidents/domain/response.py): docs/DOMAIN.md section 6. Severity: test_severity.py."""
+"""Response metrics and severity (incidents/domain/response.py): docs/DOMAIN.md section 5."""
 
 import statistics
 from datetime import UTC, date, datetime, timedelta
@@ -9,8 +9,10 @@ from hypothesis import strategies as st
 
 from incidents.domain.response import (
     IncidentTimes,
+    more_severe,
     percentile,
     response_metrics,
+    severity_from_impact,
     weekly_response,
 )
 
@@ -81,6 +83,50 @@ def test_it_reports_per_iso_week_including_empty_weeks():
     assert (first["mttd"]["count"], first["mttd"]["mean_s"], first["mtta"]["count"]) == (2, 90.0, 1)
     assert second["mttd"]["count"] == 0
     assert (third["mttd"]["count"], third["mttd"]["p90_s"]) == (1, 300.0)
+
+
+@pytest.mark.parametrize(
+    ("gpus_idle", "runs_affected", "expected"),
+    [
+        (1024, 1, "SEV1"),
+        (0, 2, "SEV1"),
+        (1023, 1, "SEV2"),
+        (256, 1, "SEV2"),
+        (255, 1, "SEV3"),
+        (1, 0, "SEV3"),
+        (0, 1, "SEV3"),
+        (0, 0, "SEV4"),
+    ],
+)
+def test_it_grades_severity_by_impact(gpus_idle, runs_affected, expected):
+    assert severity_from_impact(gpus_idle=gpus_idle, runs_affected=runs_affected) == expected
+
+
+@pytest.mark.parametrize(
+    ("lost", "expected"),
+    [(1000.0, "SEV1"), (999.9, "SEV2"), (100.0, "SEV2"), (99.9, "SEV3"), (0.1, "SEV3"), (0.0, "SEV4")],
+)
+def test_it_grades_severity_by_gpu_hours_lost_too(lost, expected):
+    # Nothing idle now, no run named: what the outage has cost grades it alone.
+    assert severity_from_impact(gpus_idle=0, runs_affected=0, gpu_hours_lost=lost) == expected
+
+
+def test_dollar_thresholds_grade_only_when_set():
+    # 64 GPUs at $5 an hour burn $5.33 a minute: SEV3 by GPUs; with a $5 SEV2 threshold, SEV2.
+    assert severity_from_impact(gpus_idle=64, runs_affected=1, cost_per_minute_usd=5.33) == "SEV3"
+    assert severity_from_impact(gpus_idle=64, runs_affected=1, cost_per_minute_usd=5.33, sev2_usd_per_min=5) == "SEV2"
+    assert severity_from_impact(gpus_idle=64, runs_affected=1, cost_per_minute_usd=5.33, sev1_usd_per_min=5) == "SEV1"
+
+
+def test_more_severe_picks_the_worse():
+    assert more_severe("SEV3", "SEV1") == more_severe("SEV1", "SEV3") == "SEV1"
+    assert more_severe("SEV4", "SEV4") == "SEV4"
+
+
+def test_it_takes_severity_thresholds_as_parameters():
+    assert severity_from_impact(gpus_idle=64, runs_affected=1, sev1_gpus=64) == "SEV1"
+    assert severity_from_impact(gpus_idle=64, runs_affected=1, sev2_gpus=64) == "SEV2"
+    assert severity_from_impact(gpus_idle=0, runs_affected=2, sev1_runs=3) == "SEV3"
 
 
 @given(st.lists(st.floats(0, 1e7), min_size=1, max_size=50))

