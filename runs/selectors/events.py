@@ -152,8 +152,8 @@ def record_clusters(*, hostnames, run_names) -> tuple[dict[str, str], dict[str, 
 
 def sources_owned_elsewhere(*, sources: set[str], token: ApiToken, now) -> set[str]:
     """Those of `sources` that a live token other than `token` is bound to (one indexed query over TokenSource)."""
-    keys = {key for source in sources for key in trust.source_keys(source)}
-    owners = TokenSource.objects.filter(key__in=keys, token__revoked_at__isnull=True).exclude(token=token)
-    owners = owners.filter(Q(token__expires_at__isnull=True) | Q(token__expires_at__gt=now))
+    keys_of = {source: trust.source_keys(source) for source in sources}
+    owners = TokenSource.objects.filter(key__in=set().union(*keys_of.values()), token__revoked_at__isnull=True)
+    owners = owners.exclude(token=token).filter(Q(token__expires_at__isnull=True) | Q(token__expires_at__gt=now))
     owned_keys = set(owners.values_list("key", flat=True))
-    return {source for source in sources if trust.source_keys(source) & owned_keys}
+    return {source for source, keys in keys_of.items() if keys & owned_keys}
